@@ -1,0 +1,144 @@
+"""Arms the hook inside stock LLaMA-Factory; loaded at interpreter start by ``llamafactory_rocm.pth``.
+
+It runs in every Python process of the environment, so it imports only the standard library and
+does nothing until LLaMA-Factory itself is imported: a meta-path finder waits for two modules.
+
+- ``llamafactory.train.tuner``: after it executes, ``run_exp`` is wrapped (``hook.wrap_run_exp``).
+  Every training entry point goes through it: ``llamafactory-cli train``/``lmf train`` (launcher
+  ``launch()``), the torchrun child ranks (``launcher.py`` ``__main__``) and ``run_exp(args=...)``.
+- ``llamafactory.data.mm_plugin``: it imports torchaudio unconditionally, for audio inputs only.
+  When torchaudio is missing or broken, a stand-in is visible while that one module executes; it
+  raises a clear error only if audio is really used.
+
+``LLAMAFACTORY_ROCM=0`` switches all of it off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+import types
+from collections.abc import Callable, Iterator
+
+SWITCH = "LLAMAFACTORY_ROCM"
+TUNER = "llamafactory.train.tuner"
+MM_PLUGIN = "llamafactory.data.mm_plugin"
+
+
+def enabled(environ: dict[str, str] | os._Environ[str] = os.environ) -> bool:
+    return environ.get(SWITCH, "1").strip().lower() not in {"0", "false", "off", "no"}
+
+
+def say(message: str) -> None:
+    """One line on stderr, from rank 0 only."""
+    if os.environ.get("RANK", "0") == "0":
+        print(f"llamafactory-rocm: {message}", file=sys.stderr, flush=True)
+
+
+class MissingTorchaudio(types.ModuleType):
+    """Stands in for a torchaudio that cannot be imported; fails only when audio is touched."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__("torchaudio")
+        self.__spec__ = importlib.machinery.ModuleSpec("torchaudio", None)
+        self._reason = reason
+
+    def __getattr__(self, name: str) -> object:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise ImportError(
+            f"this dataset has audio inputs, which need torchaudio, but it cannot be imported "
+            f"({self._reason}). Text-only training does not need it; for audio, install the "
+            "torchaudio wheel built for your torch (ROCm: from the same ROCm wheel index as torch)."
+        )
+
+
+def _torchaudio_or_stand_in() -> MissingTorchaudio | None:
+    if "torchaudio" in sys.modules:
+        return None
+    try:
+        importlib.import_module("torchaudio")
+        return None
+    except Exception as exc:  # ImportError, or OSError for a CUDA-linked wheel (libc10_cuda.so)
+        for name in [n for n in sys.modules if n == "torchaudio" or n.startswith("torchaudio.")]:
+            del sys.modules[name]
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        stand_in = MissingTorchaudio(reason)
+        sys.modules["torchaudio"] = stand_in
+        return stand_in
+
+
+@contextlib.contextmanager
+def text_only_llamafactory() -> Iterator[None]:
+    """Import LLaMA-Factory modules here even when torchaudio cannot be imported."""
+    stand_in = _torchaudio_or_stand_in()
+    try:
+        yield
+    finally:
+        # Others (transformers' availability checks) must not mistake the stand-in for torchaudio.
+        if stand_in is not None and sys.modules.get("torchaudio") is stand_in:
+            del sys.modules["torchaudio"]
+
+
+def _patch_tuner(module: types.ModuleType) -> None:
+    original = getattr(module, "run_exp", None)
+    if getattr(original, "__llamafactory_rocm__", False):
+        return
+    try:
+        from llamafactory_rocm.hook import wrap_run_exp
+
+        module.run_exp = wrap_run_exp(original)  # type: ignore[attr-defined]
+    except Exception as exc:  # never break training: say so and step aside
+        say(f"pre-launch check is off for this run ({exc}); set {SWITCH}=0 to silence this line.")
+
+
+class _HookedLoader(importlib.abc.Loader):
+    def __init__(self, inner: importlib.abc.Loader, fullname: str) -> None:
+        self._inner = inner
+        self._fullname = fullname
+
+    def __getattr__(self, name: str) -> object:  # get_source, get_code, ... for inspect and tracebacks
+        return getattr(self._inner, name)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
+        return self._inner.create_module(spec)
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        if self._fullname == MM_PLUGIN:
+            with text_only_llamafactory():
+                self._inner.exec_module(module)
+        else:
+            self._inner.exec_module(module)
+            _patch_tuner(module)
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    targets = (TUNER, MM_PLUGIN)
+
+    def find_spec(
+        self, fullname: str, path: object = None, target: types.ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in self.targets:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)  # type: ignore[arg-type]
+        if spec is None or spec.loader is None:
+            return None
+        spec.loader = _HookedLoader(spec.loader, fullname)
+        return spec
+
+
+def install(*, force: bool = False, on_installed: Callable[[], None] | None = None) -> bool:
+    """Arm the hook (idempotent). ``force`` ignores the off switch (``llamafactory-rocm train``)."""
+    if not (force or enabled()):
+        return False
+    if not any(isinstance(f, _Finder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _Finder())
+    if TUNER in sys.modules:  # imported before we were armed
+        _patch_tuner(sys.modules[TUNER])
+    if on_installed:
+        on_installed()
+    return True

@@ -1,0 +1,48 @@
+"""``llamafactory-rocm check CONFIG [key=value ...] [--gpu NAME | --arch gfxNNN] [--json]``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from ..config_io import load_config
+from ..errors import EXIT_FINDINGS, EXIT_OK
+from ..prelaunch import check_config
+from ..render import report_text
+from ..snapshot import Snapshot
+
+
+def register(subs: argparse._SubParsersAction) -> None:
+    p = subs.add_parser("check", help="dry run: findings and the resolved config, nothing launched")
+    p.add_argument("config", help="LLaMA-Factory YAML/JSON config")
+    p.add_argument("overrides", nargs="*", metavar="key=value")
+    target = p.add_mutually_exclusive_group()
+    target.add_argument("--gpu", help="check for this GPU (e.g. mi300x, rx7900xtx) instead of the one here")
+    target.add_argument("--arch", help="check for this arch (e.g. gfx942)")
+    p.add_argument("--snapshot", help="check against a recorded machine snapshot (JSON) instead of this one")
+    p.add_argument("--json", action="store_true", help="print {ok, findings, config} as JSON")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    config = load_config(args.config, args.overrides)
+    snapshot = load_snapshot(args.snapshot) if args.snapshot else None
+    report = check_config(config, snapshot=snapshot, gpu=args.gpu, arch=args.arch, config_path=args.config)
+    if args.json:
+        print(json.dumps(report.as_json(), indent=2, default=str))
+    else:
+        print(report_text(report))
+    return EXIT_OK if report.ok else EXIT_FINDINGS
+
+
+def load_snapshot(path: str) -> Snapshot:
+    from pydantic import ValidationError
+
+    from ..errors import UsageError
+
+    try:
+        return Snapshot.load(path)
+    except FileNotFoundError:
+        raise UsageError(f"snapshot {path} not found.") from None
+    except (ValueError, ValidationError) as exc:
+        raise UsageError(f"snapshot {path} is not a llamafactory-rocm snapshot: {str(exc).splitlines()[0]}") from None

@@ -1,0 +1,47 @@
+"""``llamafactory-rocm``: one small module per subcommand, all thin over the Python API."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from ..errors import EXIT_USAGE, UsageError
+from . import check_cmd, demo_cmd, train_cmd
+
+SUBCOMMANDS = (check_cmd, train_cmd, demo_cmd)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse would print the whole usage block
+        print(f"llamafactory-rocm: {message}. Try `llamafactory-rocm {self._sub_hint()}-h`.", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+    def _sub_hint(self) -> str:
+        parts = self.prog.split()[1:]
+        return " ".join(parts) + " " if parts else ""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="llamafactory-rocm", description=__doc__)
+    subs = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for module in SUBCOMMANDS:
+        module.register(subs)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.run(args) or 0)
+    except UsageError as err:
+        print(f"llamafactory-rocm {args.command}: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("llamafactory-rocm: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,40 @@
+"""Read a LLaMA-Factory config the way ``llamafactory-cli train`` does (YAML/JSON + key=value)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import UsageError
+
+
+def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+    """Load ``path`` and merge ``key=value`` overrides with OmegaConf, as LLaMA-Factory's read_args."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    path = Path(path)
+    if not path.is_file():
+        hint = "it is a folder" if path.is_dir() else "no such file"
+        raise UsageError(f"cannot read config {path}: {hint}. Try `llamafactory-rocm presets list`.")
+    if path.suffix not in {".yaml", ".yml", ".json"}:
+        raise UsageError(f"config {path} must end in .yaml, .yml or .json, as llamafactory-cli requires.")
+    for item in overrides:
+        if "=" not in item or item.startswith("="):
+            raise UsageError(f"override {item!r} is not key=value (e.g. learning_rate=1e-4).")
+    try:
+        loaded = OmegaConf.load(path)
+        merged = OmegaConf.merge(loaded, OmegaConf.from_cli(list(overrides)))
+        data = OmegaConf.to_container(merged, resolve=True)
+    except (yaml.YAMLError, OmegaConfBaseException, UnicodeDecodeError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UsageError(f"cannot parse {path}: {first}. Fix the YAML syntax and retry.") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"config {path} must be a mapping of LLaMA-Factory keys, not a {type(data).__name__}.")
+    return data
+
+
+def dump_yaml(config: dict[str, Any]) -> str:
+    return yaml.safe_dump(config, sort_keys=False, allow_unicode=True)

@@ -1,0 +1,15 @@
+"""Errors that end a command with one clear line and a documented exit code, never a traceback."""
+
+from __future__ import annotations
+
+# Exit codes of every llamafactory-rocm command (README, "Exit codes").
+EXIT_OK = 0
+EXIT_FINDINGS = 1  # an error finding: the config would fail or waste the GPU (or doctor: a fail)
+EXIT_USAGE = 2  # bad input: missing file, unreadable YAML, unknown name, refused overwrite
+EXIT_DIVERGED = 3  # the training guard stopped a run at a non-finite loss or grad norm
+
+
+class UsageError(Exception):
+    """Bad input. ``str(err)`` is the whole message: what is wrong and how to fix it."""
+
+    exit_code = EXIT_USAGE

@@ -1,0 +1,45 @@
+"""File writes that never leave a half-written or silently replaced file behind."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+
+def atomic_write_text(path: Path, text: str, *, overwrite: bool = True) -> Path:
+    """Write ``text`` to ``path`` via a temporary file in the same folder and a rename.
+
+    A reader sees the old file or the new one, never a partial one. With ``overwrite=False`` an
+    existing file is left alone and ``FileExistsError`` is raised.
+    """
+    path = Path(path)
+    if not overwrite and path.exists():
+        raise FileExistsError(str(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if overwrite:
+            os.replace(tmp, path)
+        else:
+            # link() fails if the name was taken meanwhile: no race with a concurrent writer.
+            os.link(tmp, path)
+            os.unlink(tmp)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def first_free_name(folder: Path, stem: str, suffix: str) -> Path:
+    """``stem.suffix`` if free, else ``stem.1.suffix``, ``stem.2.suffix`` ...: never a clobber."""
+    candidate = folder / f"{stem}{suffix}"
+    n = 0
+    while candidate.exists():
+        n += 1
+        candidate = folder / f"{stem}.{n}{suffix}"
+    return candidate

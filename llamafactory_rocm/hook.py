@@ -1,0 +1,88 @@
+"""``run_exp`` wrapped: the pre-launch check inside stock LLaMA-Factory, on every rank.
+
+Each rank resolves the same config with the same pure rules (deterministic); only rank 0 prints
+and writes the launch record. When ``llamafactory-rocm train`` already checked and recorded the
+config it launches, the ranks see its digest and stay quiet.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ._startup import say
+from .errors import EXIT_FINDINGS
+
+CHECKED_ENV = "LLAMAFACTORY_ROCM_CHECKED"
+
+
+def config_digest(config: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def is_rank0() -> bool:
+    return os.environ.get("RANK", "0") == "0"
+
+
+def _origin(args: object) -> tuple[str, str | None]:
+    if args is None and len(sys.argv) > 1 and sys.argv[1].endswith((".yaml", ".yml", ".json")):
+        return "llamafactory-cli train (hook)", sys.argv[1]
+    return "run_exp (hook)", None
+
+
+def wrap_run_exp(original: Callable[..., Any]) -> Callable[..., Any]:
+    params = list(inspect.signature(original).parameters)
+    if params[:2] != ["args", "callbacks"]:
+        raise RuntimeError(f"run_exp{inspect.signature(original)} is not run_exp(args, callbacks)")
+
+    @functools.wraps(original)
+    def run_exp(args: dict[str, Any] | None = None, callbacks: list[Any] | None = None) -> Any:
+        try:
+            prepared = prepare(args)
+        except SystemExit:
+            raise
+        except Exception as exc:  # a bug or an unexpected LLaMA-Factory: never block training
+            say(f"pre-launch check skipped ({type(exc).__name__}: {exc}); training continues unchecked.")
+            return original(args, callbacks)
+        if prepared is None:
+            return original(args, callbacks)
+        config, guard = prepared
+        return original(config, [*(callbacks or []), guard])
+
+    run_exp.__llamafactory_rocm__ = True  # type: ignore[attr-defined]
+    return run_exp
+
+
+def prepare(args: dict[str, Any] | None) -> tuple[dict[str, Any], Any] | None:
+    """Check and rewrite; return (resolved config, guard callback), or None to step aside."""
+    from llamafactory.hparams import read_args
+
+    raw = read_args(args)
+    if not isinstance(raw, dict) or "-h" in raw or "--help" in raw:
+        return None  # plain --flag lists and help: LLaMA-Factory handles them as usual
+    from .guard import DivergenceGuard
+    from .prelaunch import check_config
+    from .record import write_launch_files
+    from .render import report_text
+
+    origin, config_path = _origin(args)
+    already_checked = os.environ.get(CHECKED_ENV) == config_digest(raw)
+    report = check_config(raw, config_path=config_path, plan_without_gpu=False)
+    os.environ.update(report.resolution.env_changes)
+    if is_rank0() and not already_checked and (report.findings or not report.ok):
+        print(report_text(report), file=sys.stderr, flush=True)
+    if not report.ok:
+        raise SystemExit(EXIT_FINDINGS)
+    if is_rank0() and not already_checked:
+        output_dir = Path(str(report.config.get("output_dir", "trainer_output")))
+        _, record = write_launch_files(report, output_dir, origin)
+        if report.findings:
+            say(f"launch record written to {record}")
+    return report.config, DivergenceGuard(report.snapshot)

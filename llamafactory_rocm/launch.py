@@ -1,0 +1,66 @@
+"""``train``: check, refuse on errors, record, then hand over to LLaMA-Factory's own launcher.
+
+The resolved config is written as YAML and LLaMA-Factory's ``launcher.launch()`` is called with it,
+exactly as ``llamafactory-cli train resolved.yaml`` would be: multi-GPU (torchrun) re-executes
+the launcher with that file, so every rank trains on the resolved config.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from . import _startup
+from .config_io import load_config
+from .errors import EXIT_FINDINGS, EXIT_OK
+from .hook import CHECKED_ENV, config_digest
+from .prelaunch import Report, check_config
+from .record import write_launch_files
+from .render import report_text
+
+
+def prepare_training(
+    config_path: str | Path,
+    overrides: list[str] = (),
+    gpu: str | None = None,
+    arch: str | None = None,  # type: ignore[assignment]
+) -> Report:
+    config = load_config(config_path, overrides)
+    return check_config(config, config_path=config_path, gpu=gpu, arch=arch, plan_without_gpu=False)
+
+
+def hand_over(resolved_yaml: Path) -> int:
+    """Run LLaMA-Factory's launcher on ``resolved_yaml`` in this process; return its exit code."""
+    _startup.install(force=True)  # guard + torchaudio fallback even with LLAMAFACTORY_ROCM=0
+    with _startup.text_only_llamafactory():
+        from llamafactory import launcher
+    saved_argv = sys.argv
+    sys.argv = ["llamafactory-cli", "train", str(resolved_yaml)]
+    try:
+        launcher.launch()
+    except subprocess.CalledProcessError as exc:  # torchrun child failed; it printed why
+        return exc.returncode or 1
+    finally:
+        sys.argv = saved_argv
+    return EXIT_OK
+
+
+def train(
+    config_path: str | Path,
+    overrides: list[str] = (),  # type: ignore[assignment]
+    gpu: str | None = None,
+    arch: str | None = None,
+    origin: str = "llamafactory-rocm train",
+) -> int:
+    report = prepare_training(config_path, overrides, gpu, arch)
+    print(report_text(report), flush=True)
+    if not report.ok:
+        return EXIT_FINDINGS
+    output_dir = Path(str(report.config.get("output_dir", "trainer_output")))
+    resolved, record = write_launch_files(report, output_dir, origin)
+    print(f"\nlaunch record: {record}\nresolved config: {resolved}\n", flush=True)
+    os.environ.update(report.resolution.env_changes)
+    os.environ[CHECKED_ENV] = config_digest(load_config(resolved))
+    return hand_over(resolved)

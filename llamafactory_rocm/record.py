@@ -1,0 +1,69 @@
+"""The launch record: what went in, what was changed and why, on which machine, with which versions."""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from .config_io import dump_yaml
+from .fsutil import atomic_write_text, first_free_name
+from .prelaunch import Report
+
+RECORD_STEM = "rocm_launch"
+RESOLVED_STEM = "rocm_resolved"
+RECORD_SCHEMA_VERSION = 1
+
+
+def versions() -> dict[str, str | None]:
+    found: dict[str, str | None] = {"python": platform.python_version()}
+    for name in ("llamafactory-rocm", "llamafactory", "torch", "transformers", "peft", "accelerate"):
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def build_record(report: Report, origin: str, resolved_yaml: str | None) -> dict[str, Any]:
+    return {
+        "schema_version": RECORD_SCHEMA_VERSION,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "origin": origin,
+        "config_path": report.config_path,
+        "ok": report.ok,
+        "input_config": report.input_config,
+        "resolved_config": report.config,
+        "env_changes": report.resolution.env_changes,
+        "findings": [f.model_dump(mode="json") for f in report.findings],
+        "target": None if report.target is None else report.target.__dict__,
+        "snapshot": report.snapshot.model_dump(mode="json"),
+        "versions": versions(),
+        "resolved_yaml": resolved_yaml,
+    }
+
+
+def write_launch_files(report: Report, output_dir: Path, origin: str) -> tuple[Path, Path]:
+    """Write ``rocm_resolved.yaml`` and ``rocm_launch.json`` into output_dir, atomically.
+
+    An earlier run's files are never replaced: a resumed run gets ``rocm_launch.1.json`` and so on.
+    """
+    output_dir.mkdir(parents=True, exist_ok=True)
+    resolved = first_free_name(output_dir, RESOLVED_STEM, ".yaml")
+    header = f"# Resolved by llamafactory-rocm from {report.config_path or 'a dict'}; see {RECORD_STEM}*.json\n"
+    atomic_write_text(resolved, header + dump_yaml(report.config), overwrite=False)
+    record_path = first_free_name(output_dir, RECORD_STEM, ".json")
+    record = build_record(report, origin, resolved.name)
+    atomic_write_text(record_path, json.dumps(record, indent=2, default=str) + "\n", overwrite=False)
+    return resolved, record_path
+
+
+def latest_record(output_dir: str | Path) -> dict[str, Any]:
+    """The newest launch record in output_dir (tests and people read it)."""
+    records = sorted(Path(output_dir).glob(f"{RECORD_STEM}*.json"), key=lambda p: p.stat().st_mtime_ns)
+    if not records:
+        raise FileNotFoundError(f"no {RECORD_STEM}.json in {output_dir}")
+    return json.loads(records[-1].read_text(encoding="utf-8"))

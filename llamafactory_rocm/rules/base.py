@@ -1,0 +1,73 @@
+"""What every rule receives and returns.
+
+A rule is a pure function ``(config, env, ctx) -> Step``: it reads the config (a plain dict as
+LLaMA-Factory would parse it), the environment variables it cares about and the machine snapshot,
+and returns a new config/env plus its findings. It never touches the machine or the input dicts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..catalogue import ArchInfo, Catalogue
+from ..findings import Finding
+from ..snapshot import Snapshot
+
+Config = dict[str, Any]
+Env = dict[str, str]
+
+
+@dataclass(frozen=True)
+class Target:
+    """The GPU a config is meant for: from ``--gpu``/``--arch`` or a preset's file name."""
+
+    arch: str
+    alias: str | None
+    named_by: str  # "--gpu", "--arch" or "file name <x>"
+
+
+@dataclass(frozen=True)
+class Context:
+    snapshot: Snapshot
+    catalogue: Catalogue
+    known_keys: frozenset[str]
+    target: Target | None = None
+    # checkpoint-* folders and final weight files already in output_dir (read by the caller)
+    existing_outputs: tuple[str, ...] = ()
+    # findings computed outside the rule chain (dataset validation, memory estimate)
+    extra_findings: tuple[Finding, ...] = field(default_factory=tuple)
+
+    @property
+    def rocm(self) -> bool:
+        return self.snapshot.is_rocm
+
+    @property
+    def cpu_only(self) -> bool:
+        return self.snapshot.torch.kind == "cpu" and not self.snapshot.devices
+
+    def arch_infos(self) -> list[tuple[str, ArchInfo | None]]:
+        """(base arch, catalogue entry) for each distinct visible device arch."""
+        return [(arch, self.catalogue.arch(arch)) for arch in self.snapshot.gpu_base_archs]
+
+
+@dataclass
+class Step:
+    config: Config
+    env: Env
+    findings: list[Finding] = field(default_factory=list)
+
+
+Rule = Callable[[Mapping[str, Any], Mapping[str, str], Context], Step]
+
+
+def unchanged(config: Mapping[str, Any], env: Mapping[str, str], *findings: Finding) -> Step:
+    return Step(dict(config), dict(env), list(findings))
+
+
+def truthy(value: Any) -> bool:
+    """LLaMA-Factory gets booleans from YAML, but dict/CLI users also write "true"/"1"."""
+    if isinstance(value, str):
+        return value.strip().lower() in {"1", "true", "yes", "on"}
+    return bool(value)

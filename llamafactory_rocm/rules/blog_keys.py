@@ -1,0 +1,152 @@
+"""Keys LLaMA-Factory does not have: translate the blog-style ones, refuse the rest.
+
+Stock LLaMA-Factory fails on any unknown key (``Some keys are not used by the HfArgumentParser``),
+and ``compute_dtype`` is derived (``init=False``), so ``--compute_dtype bfloat16 --backend pt`` copied
+from blogs never runs (llamafactory-facts.md, "Behaviour that matters for a plugin").
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from typing import Any
+
+from ..findings import Finding, Level
+from .base import Context, Step, unchanged
+
+_DTYPE_TO_FLAGS = {
+    "bfloat16": (True, False),
+    "bf16": (True, False),
+    "float16": (False, True),
+    "fp16": (False, True),
+    "half": (False, True),
+    "float32": (False, False),
+    "fp32": (False, False),
+    "float": (False, False),
+}
+_PYTORCH_BACKENDS = {"pt", "torch", "pytorch", "hf", "huggingface"}
+# Keys people write that mean something LLaMA-Factory spells differently or not as a key at all.
+_HINTS = {
+    "rocm_arch": "PYTORCH_ROCM_ARCH is an environment variable, not a config key: export it instead",
+    "gpu_arch": "PYTORCH_ROCM_ARCH is an environment variable, not a config key: export it instead",
+    "dtype": "use bf16: true (or fp16: true) for training precision",
+    "torch_dtype": "use bf16: true (or fp16: true); infer_dtype is for inference only",
+    "lora_r": "lora_rank",
+    "model_name": "model_name_or_path",
+    "lr": "learning_rate",
+    "epochs": "num_train_epochs",
+    "batch_size": "per_device_train_batch_size",
+    "max_seq_length": "cutoff_len",
+    "max_length": "cutoff_len",
+}
+
+
+def rewrite_compute_dtype(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
+    if "compute_dtype" not in config:
+        return unchanged(config, env)
+    raw = config["compute_dtype"]
+    value = str(raw).strip().lower().removeprefix("torch.")
+    if value not in _DTYPE_TO_FLAGS:
+        return unchanged(
+            config,
+            env,
+            Finding(
+                code="COMPUTE_DTYPE_UNKNOWN",
+                level=Level.ERROR,
+                key="compute_dtype",
+                old=raw,
+                message=f"compute_dtype: {raw!r} is not a dtype, and LLaMA-Factory has no compute_dtype key.",
+                fix="Delete compute_dtype and set bf16: true (or fp16: true).",
+            ),
+        )
+    bf16, fp16 = _DTYPE_TO_FLAGS[value]
+    new = {k: v for k, v in config.items() if k != "compute_dtype"}
+    new["bf16"], new["fp16"] = bf16, fp16
+    return Step(
+        new,
+        dict(env),
+        [
+            Finding(
+                code="COMPUTE_DTYPE_REWRITTEN",
+                level=Level.CHANGE,
+                key="compute_dtype",
+                old=raw,
+                new={"bf16": bf16, "fp16": fp16},
+                message=(
+                    f'compute_dtype: {raw} is derived inside LLaMA-Factory ("Do not specify it") and '
+                    "stock LLaMA-Factory rejects it as an unknown key."
+                ),
+                fix=f"Replaced it with bf16: {str(bf16).lower()}, fp16: {str(fp16).lower()}.",
+            )
+        ],
+    )
+
+
+def drop_backend(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
+    if "backend" not in config:
+        return unchanged(config, env)
+    raw = config["backend"]
+    if str(raw).strip().lower() not in _PYTORCH_BACKENDS:
+        return unchanged(
+            config,
+            env,
+            Finding(
+                code="BACKEND_UNKNOWN",
+                level=Level.ERROR,
+                key="backend",
+                old=raw,
+                message=f"backend: {raw!r} is not a LLaMA-Factory training key.",
+                fix="Delete it; for inference engines LLaMA-Factory uses infer_backend (huggingface, vllm, sglang).",
+            ),
+        )
+    new = {k: v for k, v in config.items() if k != "backend"}
+    return Step(
+        new,
+        dict(env),
+        [
+            Finding(
+                code="BACKEND_DROPPED",
+                level=Level.CHANGE,
+                key="backend",
+                old=raw,
+                message=f"backend: {raw} is not a LLaMA-Factory key; training always runs on PyTorch.",
+                fix="Removed it; nothing else changes.",
+            )
+        ],
+    )
+
+
+def closest_key(key: str, known: frozenset[str]) -> str | None:
+    if key in _HINTS:
+        return _HINTS[key]
+    close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def refuse_unknown_keys(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
+    unknown = sorted(k for k in config if k not in ctx.known_keys)
+    if not unknown:
+        return unchanged(config, env)
+    # With ALLOW_EXTRA_ARGS=1 LLaMA-Factory ignores them silently: still worth a warning.
+    level = Level.WARNING if env.get("ALLOW_EXTRA_ARGS", "").lower() in {"1", "true", "y"} else Level.ERROR
+    findings = []
+    for key in unknown:
+        hint = closest_key(key, ctx.known_keys)
+        if hint is None:
+            fix = "Delete it; `llamafactory-cli train -h` lists the real keys."
+        elif " " in hint:
+            fix = f"{hint[0].upper()}{hint[1:]}."
+        else:
+            fix = f"Did you mean {hint!r}? Rename it, or delete it."
+        findings.append(
+            Finding(
+                code="UNKNOWN_KEY",
+                level=level,
+                key=key,
+                old=config[key],
+                message=f"{key!r} is not a LLaMA-Factory training key"
+                + (" (ALLOW_EXTRA_ARGS=1 will silently ignore it)." if level is Level.WARNING else "."),
+                fix=fix,
+            )
+        )
+    return unchanged(config, env, *findings)

@@ -1,0 +1,160 @@
+"""Kernel choices that exist on CUDA but not on every ROCm GPU: tf32, flash-attn, SDPA, bitsandbytes."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from ..findings import Finding, Level
+from .base import Context, Step, truthy, unchanged
+
+
+def version_tuple(text: str) -> tuple[int, ...]:
+    """``2.8.0.post2+rocm`` -> (2, 8, 0): enough to compare release numbers."""
+    return tuple(int(part) for part in re.findall(r"\d+", text.split("+")[0])[:3])
+
+
+def drop_tf32(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
+    # transformers refuses tf32 whenever torch.version.cuda is None (F6): ROCm and CPU builds alike.
+    if "tf32" not in config or not truthy(config["tf32"]) or ctx.snapshot.torch.kind == "cuda":
+        return unchanged(config, env)
+    new = {k: v for k, v in config.items() if k != "tf32"}
+    return Step(
+        new,
+        dict(env),
+        [
+            Finding(
+                code="TF32_DROPPED",
+                level=Level.CHANGE,
+                key="tf32",
+                old=config["tf32"],
+                message="tf32: true raises 'ValueError: --tf32 requires Ampere or a newer GPU arch' on "
+                f"a {ctx.snapshot.torch.kind.upper()} build of torch; tf32 is an NVIDIA mode.",
+                fix="Removed tf32; bf16 is the fast path here.",
+            )
+        ],
+    )
+
+
+def _flash_attn_gap(ctx: Context, env: Mapping[str, str]) -> str | None:
+    """Why the installed flash-attn cannot serve the GPUs here, or None when it can."""
+    version = ctx.snapshot.packages.get("flash_attn")
+    if not version:
+        return "flash-attn is not installed"
+    triton = env.get("FLASH_ATTENTION_TRITON_AMD_ENABLE", "").upper() == "TRUE"
+    for arch, info in ctx.arch_infos():
+        if info is None:
+            return f"{arch} is not in the catalogue"
+        fa = info.flash_attention
+        if triton and fa.triton_backend:
+            continue
+        if fa.ck_min_version is None:
+            return f"flash-attn's CK backend has no {arch} kernels in a release (Triton backend: " + (
+                "set FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE)" if fa.triton_backend else "none either)"
+            )
+        if version_tuple(version) < version_tuple(fa.ck_min_version):
+            return f"flash-attn {version} has no CK kernels for {arch} (from {fa.ck_min_version})"
+    return None
+
+
+def flash_attn_where_supported(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
+    if str(config.get("flash_attn", "")).lower() != "fa2":
+        return unchanged(config, env)
+    if ctx.rocm:
+        gap = _flash_attn_gap(ctx, env)
+    elif ctx.cpu_only:
+        gap = "FlashAttention-2 has no CPU kernels"
+    else:
+        gap = None
+    if gap is None:
+        return unchanged(config, env)
+    return Step(
+        {**config, "flash_attn": "sdpa"},
+        dict(env),
+        [
+            Finding(
+                code="FLASH_ATTN_TO_SDPA",
+                level=Level.CHANGE,
+                key="flash_attn",
+                old=config["flash_attn"],
+                new="sdpa",
+                message=f"flash_attn: fa2 cannot run here: {gap} (LLaMA-Factory only checks that the package imports).",
+                fix="Rewrote to flash_attn: sdpa, the safe default on ROCm (and often faster there, "
+                "hiyouga/LLaMA-Factory#8793).",
+            )
+        ],
+    )
+
+
+def sdpa_kernel_notice(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
+    """SDPA on ROCm uses AOTriton kernels only on some archs; elsewhere it falls back to math."""
+    if not ctx.rocm or str(config.get("flash_attn", "auto")).lower() in {"disabled", "fa2", "fa3"}:
+        return unchanged(config, env)
+    findings = []
+    for arch, info in ctx.arch_infos():
+        if info is None:
+            continue
+        if not info.sdpa_aotriton:
+            findings.append(
+                Finding(
+                    code="SDPA_MATH_FALLBACK",
+                    level=Level.WARNING,
+                    key="flash_attn",
+                    message=f"SDPA has no AOTriton kernels for {arch}; attention runs the math path, "
+                    "which is slower and keeps the full attention matrix in memory.",
+                    fix="Lower cutoff_len or per_device_train_batch_size if memory runs out.",
+                )
+            )
+        elif info.sdpa_aotriton_experimental and env.get("TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL") != "1":
+            findings.append(
+                Finding(
+                    code="SDPA_EXPERIMENTAL_ARCH",
+                    level=Level.INFO,
+                    key="TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL",
+                    message=f"On some torch versions SDPA's fast kernels for {arch} need "
+                    "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1.",
+                    fix="export TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1 if torch warns that "
+                    "flash/memory-efficient attention is not available.",
+                )
+            )
+    return unchanged(config, env, *findings)
+
+
+def bitsandbytes_for_qlora(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
+    bits = config.get("quantization_bit")
+    if bits in (None, "", "null") or not ctx.rocm:
+        return unchanged(config, env)
+    method = str(config.get("quantization_method", "bnb")).lower()
+    if method not in {"bnb", "bitsandbytes"}:
+        return unchanged(config, env)
+    installed = ctx.snapshot.packages.get("bitsandbytes")
+    findings = []
+    for arch, info in ctx.arch_infos():
+        needed = info.bitsandbytes_min_version if info else None
+        if needed is None:
+            findings.append(
+                Finding(
+                    code="QLORA_ARCH_UNSUPPORTED",
+                    level=Level.ERROR,
+                    key="quantization_bit",
+                    old=bits,
+                    message=f"No bitsandbytes ROCm wheel ships kernels for {arch} "
+                    "('Error invalid device function ... ops.hip').",
+                    fix="Drop quantization_bit (plain LoRA in bf16), or build bitsandbytes with "
+                    f"-DBNB_ROCM_ARCH={arch}.",
+                )
+            )
+        elif not installed or version_tuple(installed) < version_tuple(needed):
+            have = f"bitsandbytes {installed}" if installed else "bitsandbytes is not installed"
+            findings.append(
+                Finding(
+                    code="QLORA_BITSANDBYTES",
+                    level=Level.ERROR,
+                    key="quantization_bit",
+                    old=bits,
+                    message=f"QLoRA on {arch} needs bitsandbytes >= {needed} (its first ROCm wheels); {have}.",
+                    fix=f"pip install 'bitsandbytes>={needed}'",
+                )
+            )
+    return unchanged(config, env, *findings)

@@ -1,0 +1,61 @@
+"""Multi-GPU settings that hang or crawl on AMD (rocm-facts.md F10, F11)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..findings import Finding, Level
+from .base import Context, Step, unchanged
+from .kernels import version_tuple
+
+
+def multi_gpu_notices(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
+    snap = ctx.snapshot
+    count = len(snap.devices)
+    if not ctx.rocm or count < 2:
+        return unchanged(config, env)
+    findings = []
+    if snap.kernel_cmdline is not None and "iommu=pt" not in snap.kernel_cmdline.split():
+        findings.append(
+            Finding(
+                code="IOMMU_PT_MISSING",
+                level=Level.WARNING,
+                key="/proc/cmdline",
+                message=f'{count} GPUs but "iommu=pt" is missing from the kernel command line: RCCL '
+                "collectives can hang or crawl (ROCm/rccl#1129).",
+                fix="Add iommu=pt to the kernel command line (GRUB) and reboot.",
+            )
+        )
+    if "gfx942" in snap.gpu_base_archs and count in (2, 4):
+        findings.append(
+            Finding(
+                code="MI300X_PARTIAL_NODE",
+                level=Level.WARNING,
+                message=f"{count} MI300X GPUs: AMD's guidance is 1 or 8 per job; 2- and 4-GPU "
+                "collectives are slow (ROCm workload.rst).",
+                fix="Use HIP_VISIBLE_DEVICES to run on 1 GPU, or use all 8.",
+            )
+        )
+    if "gfx1100" in snap.gpu_base_archs:
+        findings.append(
+            Finding(
+                code="RDNA3_DDP_KNOWN_ISSUE",
+                level=Level.WARNING,
+                message="DDP across several RX 7900 XTX is reported to fail (hiyouga/LLaMA-Factory#6271, open).",
+                fix="Train on one GPU (HIP_VISIBLE_DEVICES=0) if the ranks hang at start.",
+            )
+        )
+    hip = snap.torch.hip or ""
+    if hip and version_tuple(hip) < (7, 0) and env.get("OPTIM_TORCH", "1") != "0":
+        findings.append(
+            Finding(
+                code="EXPANDABLE_SEGMENTS_OLD_ROCM",
+                level=Level.WARNING,
+                key="OPTIM_TORCH",
+                message="LLaMA-Factory's multi-GPU launcher sets PYTORCH_CUDA_ALLOC_CONF="
+                f"expandable_segments:True, which ROCm {hip} does not support (from ROCm 7.0).",
+                fix="export OPTIM_TORCH=0 for this launch.",
+            )
+        )
+    return unchanged(config, env, *findings)

@@ -1,0 +1,151 @@
+"""fp16 -> bf16 where bf16 is real; keep fp16 (and say why) where it is not.
+
+fp16 on ROCm overflows to NaN where bf16 converges: gfx90a fp16 MFMA flushes denormals and, with
+torch >= 2.7, hipBLASLt skips the fp16 backward workaround (pytorch/pytorch#182952); NaN with fp16 on
+7900 XTX (jax-ml/jax#21187). ``torch.cuda.is_bf16_supported()`` is True on every ROCm build, so the
+decision comes from the catalogue, not from torch (rocm-facts.md F4, F5).
+On CPU, fp16 is a silent no-op and bf16 needs ``use_cpu: true`` (llamafactory-facts.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..findings import Finding, Level
+from .base import Context, Step, truthy, unchanged
+
+
+def _bf16_verdict(ctx: Context) -> tuple[str, str]:
+    """('real' | 'slow' | 'absent' | 'unknown', why) for the GPUs present."""
+    worst, why = "real", ""
+    rank = {"real": 0, "slow": 1, "unknown": 2, "absent": 3}
+    for arch, info in ctx.arch_infos():
+        if info is None:
+            verdict, reason = "unknown", f"{arch} is not in the catalogue"
+        elif not info.bf16_matrix:
+            verdict, reason = "absent", f"{arch} has no bf16 matrix units"
+        elif not info.bf16_faster_than_fp16:
+            verdict, reason = "slow", f"bf16 runs at about half the fp16 matrix rate on {arch}"
+        else:
+            verdict, reason = "real", ""
+        if rank[verdict] > rank[worst]:
+            worst, why = verdict, reason
+    return worst, why
+
+
+def prefer_bf16(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
+    if not truthy(config.get("fp16", False)):
+        return unchanged(config, env)
+    if ctx.cpu_only:
+        new = {**config, "fp16": False, "bf16": True, "use_cpu": True}
+        return Step(
+            new,
+            dict(env),
+            [
+                Finding(
+                    code="PRECISION_CPU_FP16",
+                    level=Level.CHANGE,
+                    key="fp16",
+                    old={"fp16": config.get("fp16"), "bf16": config.get("bf16"), "use_cpu": config.get("use_cpu")},
+                    new={"fp16": False, "bf16": True, "use_cpu": True},
+                    message="fp16 does nothing on a CPU-only machine (the run is silently fp32).",
+                    fix="Rewrote to bf16: true with use_cpu: true, which trains in real bf16 autocast.",
+                )
+            ],
+        )
+    if not ctx.rocm:
+        return unchanged(config, env)
+    verdict, why = _bf16_verdict(ctx)
+    if verdict == "real":
+        new = {**config, "fp16": False, "bf16": True}
+        return Step(
+            new,
+            dict(env),
+            [
+                Finding(
+                    code="PRECISION_FP16_TO_BF16",
+                    level=Level.CHANGE,
+                    key="fp16",
+                    old={"fp16": config.get("fp16"), "bf16": config.get("bf16")},
+                    new={"fp16": False, "bf16": True},
+                    message="fp16 training on ROCm goes NaN or diverges silently (gfx90a denormal flush, "
+                    "pytorch#182952) where bf16, which this GPU runs on its matrix units, converges.",
+                    fix="Rewrote to bf16: true, fp16: false.",
+                )
+            ],
+        )
+    return unchanged(
+        config,
+        env,
+        Finding(
+            code="PRECISION_FP16_KEPT",
+            level=Level.WARNING,
+            key="fp16",
+            old=config.get("fp16"),
+            message=f"Kept fp16 because {why}; fp16 can overflow to NaN.",
+            fix="Watch the first steps' loss and grad_norm; lower learning_rate if it turns NaN.",
+        ),
+    )
+
+
+def bf16_on_cpu_needs_use_cpu(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
+    if not (ctx.cpu_only and truthy(config.get("bf16", False)) and not truthy(config.get("use_cpu", False))):
+        return unchanged(config, env)
+    return Step(
+        {**config, "use_cpu": True},
+        dict(env),
+        [
+            Finding(
+                code="PRECISION_CPU_USE_CPU",
+                level=Level.CHANGE,
+                key="use_cpu",
+                old=config.get("use_cpu"),
+                new=True,
+                message="bf16 without use_cpu fails on a CPU-only machine ('Your setup doesn't support bf16/gpu').",
+                fix="Added use_cpu: true.",
+            )
+        ],
+    )
+
+
+def warn_bf16_without_matrix_units(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
+    if not (ctx.rocm and truthy(config.get("bf16", False))):
+        return unchanged(config, env)
+    verdict, why = _bf16_verdict(ctx)
+    if verdict == "real":
+        return unchanged(config, env)
+    return unchanged(
+        config,
+        env,
+        Finding(
+            code="BF16_NOT_NATIVE",
+            level=Level.WARNING,
+            key="bf16",
+            message=f"bf16 is asked for but {why} (torch reports bf16 as supported on every ROCm GPU).",
+            fix="It runs, but slowly; fp16 is faster here if the loss stays finite.",
+        ),
+    )
+
+
+def pure_bf16_only_where_real(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
+    if not (ctx.rocm and truthy(config.get("pure_bf16", False))):
+        return unchanged(config, env)
+    verdict, why = _bf16_verdict(ctx)
+    if verdict in {"real", "slow"}:
+        return unchanged(config, env)
+    return Step(
+        {**config, "pure_bf16": False},
+        dict(env),
+        [
+            Finding(
+                code="PURE_BF16_DROPPED",
+                level=Level.CHANGE,
+                key="pure_bf16",
+                old=config.get("pure_bf16"),
+                new=False,
+                message=f"pure_bf16 keeps every weight and gradient in bf16, but {why}.",
+                fix="Set pure_bf16: false; mixed precision (bf16 or fp16 autocast) stays as configured.",
+            )
+        ],
+    )

@@ -1,0 +1,56 @@
+"""The GPU a config names (``--gpu``, ``--arch`` or a preset's file name) must be the one present."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..findings import Finding, Level
+from .base import Context, Step, unchanged
+
+
+def check_target(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
+    target = ctx.target
+    if target is None:
+        return unchanged(config, env)
+    label = target.alias or target.arch
+    if ctx.snapshot.source.startswith("planned"):
+        return unchanged(
+            config,
+            env,
+            Finding(
+                code="PLANNED_TARGET",
+                level=Level.INFO,
+                message=f"No GPU here: checked as planned for {label} ({target.arch}, named by {target.named_by}).",
+                fix="Run check again on the GPU machine before a long run; it then reads the real device.",
+            ),
+        )
+    if not ctx.snapshot.devices:
+        return unchanged(
+            config,
+            env,
+            Finding(
+                code="TARGET_ABSENT",
+                level=Level.WARNING,
+                message=f"The config is meant for {label} ({target.arch}, {target.named_by}) but this "
+                "machine has no GPU, so it runs on the CPU.",
+                fix="Expected for a smoke test; on the real machine nothing is needed.",
+            ),
+        )
+    present = ctx.snapshot.gpu_base_archs
+    wrong = [arch for arch in present if arch != target.arch]
+    if not wrong:
+        return unchanged(config, env)
+    return unchanged(
+        config,
+        env,
+        Finding(
+            code="TARGET_MISMATCH",
+            level=Level.ERROR,
+            old=target.arch,
+            new=present,
+            message=f"The config is meant for {label} ({target.arch}, named by {target.named_by}) but this "
+            f"machine has {', '.join(present)}.",
+            fix="Use the preset for this GPU (`llamafactory-rocm presets list`), or drop --gpu/--arch.",
+        ),
+    )

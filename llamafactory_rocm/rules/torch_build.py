@@ -1,0 +1,156 @@
+"""Is the installed torch a ROCm build with kernels for every visible GPU? (rocm-facts.md F1, F2)"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from ..findings import Finding, Level
+from .base import Context, Step, unchanged
+
+_ROCM_WHEEL_FIX = (
+    "Install torch, torchvision and torchaudio from the ROCm wheel index first, then "
+    "`pip install llamafactory-rocm` and `pip install --no-deps llamafactory` (README, ROCm install)."
+)
+
+
+def require_rocm_torch(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
+    snap = ctx.snapshot
+    if snap.torch.kind == "missing":
+        return unchanged(
+            config,
+            env,
+            Finding(
+                code="TORCH_MISSING",
+                level=Level.ERROR,
+                message="torch is not installed.",
+                fix=_ROCM_WHEEL_FIX,
+            ),
+        )
+    amd_present = bool(snap.kfd_targets)
+    if amd_present and snap.torch.kind != "rocm":
+        return unchanged(
+            config,
+            env,
+            Finding(
+                code="TORCH_NOT_ROCM",
+                level=Level.ERROR,
+                old=snap.torch.version,
+                message=f"This machine has AMD GPUs ({', '.join(snap.kfd_targets)}) but torch "
+                f"{snap.torch.version} is a {snap.torch.kind.upper()} build, so it sees no GPU "
+                "(pip re-resolved torch from a CUDA index).",
+                fix=_ROCM_WHEEL_FIX,
+            ),
+        )
+    if snap.torch.kind == "rocm" and not snap.devices:
+        return unchanged(
+            config,
+            env,
+            Finding(
+                code="ROCM_NO_DEVICE",
+                level=Level.ERROR,
+                message="torch is a ROCm build but sees no GPU (hipErrorNoDevice).",
+                fix="Check /dev/kfd and /dev/dri access (groups render and video; docker needs "
+                "--device /dev/kfd --device /dev/dri) and HIP_VISIBLE_DEVICES/ROCR_VISIBLE_DEVICES.",
+            ),
+        )
+    return unchanged(config, env)
+
+
+def require_kernels_for_devices(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
+    if not ctx.rocm:
+        return unchanged(config, env)
+    built = ctx.snapshot.torch.base_arch_list
+    findings = []
+    for arch, info in ctx.arch_infos():
+        if arch in built:
+            continue
+        if info is not None and info.hsa_override and info.hsa_override_target in built:
+            fix = (
+                f"Set HSA_OVERRIDE_GFX_VERSION={info.hsa_override} to run {info.hsa_override_target} "
+                f"kernels (same family, {info.family}), or install a torch built for {arch}."
+            )
+        else:
+            fix = f"Install a torch wheel built for {arch} (or build torch with PYTORCH_ROCM_ARCH={arch})."
+            if info is not None and not info.in_official_torch_wheels:
+                fix += f" Official ROCm wheels do not include {arch}."
+        findings.append(
+            Finding(
+                code="ARCH_NOT_IN_TORCH",
+                level=Level.ERROR,
+                key="torch.cuda.get_arch_list()",
+                old=arch,
+                message=f"torch {ctx.snapshot.torch.version} has no kernels for {arch} (built for "
+                f"{', '.join(built) or 'nothing'}): expect hipErrorNoBinaryForGpu.",
+                fix=fix,
+            )
+        )
+    return unchanged(config, env, *findings)
+
+
+_HSA_RE = re.compile(r"^(\d+)\.(\d+)\.([0-9a-fA-F]+)$")
+
+
+def override_target(value: str) -> str | None:
+    """``HSA_OVERRIDE_GFX_VERSION=11.0.0`` -> ``gfx1100``; ``9.0.10`` -> ``gfx90a``."""
+    match = _HSA_RE.match(value.strip())
+    if not match:
+        return None
+    major, minor, stepping = match.groups()
+    return f"gfx{int(major)}{int(minor)}{int(stepping):x}"
+
+
+def family_of(target: str, ctx: Context) -> str:
+    info = ctx.catalogue.arch(target)
+    # Targets outside the catalogue (gfx1031, gfx1032) share their family with the siblings whose
+    # name differs only in the last digit.
+    return info.family if info else f"{target[:-1]}x"
+
+
+def check_hsa_override(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
+    value = env.get("HSA_OVERRIDE_GFX_VERSION")
+    if not value or not (ctx.rocm or ctx.snapshot.kfd_targets):
+        return unchanged(config, env)
+    spoofed = override_target(value)
+    if spoofed is None:
+        return unchanged(
+            config,
+            env,
+            Finding(
+                code="HSA_OVERRIDE_MALFORMED",
+                level=Level.ERROR,
+                key="HSA_OVERRIDE_GFX_VERSION",
+                old=value,
+                message=f"HSA_OVERRIDE_GFX_VERSION={value!r} is not MAJOR.MINOR.STEPPING.",
+                fix="Unset it, or use a value like 11.0.0 for a sibling of your GPU's family.",
+            ),
+        )
+    real = ctx.snapshot.kfd_targets or ctx.snapshot.gpu_base_archs
+    findings = []
+    for target in dict.fromkeys(real):
+        if family_of(target, ctx) != family_of(spoofed, ctx):
+            findings.append(
+                Finding(
+                    code="HSA_OVERRIDE_CROSS_FAMILY",
+                    level=Level.ERROR,
+                    key="HSA_OVERRIDE_GFX_VERSION",
+                    old=value,
+                    message=f"HSA_OVERRIDE_GFX_VERSION={value} makes {target} run {spoofed} kernels, "
+                    "another family: expect HSA_STATUS_ERROR_INVALID_ISA.",
+                    fix="Unset it, or override only within the family "
+                    "(gfx1101/gfx1102 -> 11.0.0, gfx1031/gfx1032 -> 10.3.0).",
+                )
+            )
+        elif target != spoofed:
+            findings.append(
+                Finding(
+                    code="HSA_OVERRIDE_ACTIVE",
+                    level=Level.INFO,
+                    key="HSA_OVERRIDE_GFX_VERSION",
+                    old=value,
+                    message=f"{target} runs {spoofed} kernels through HSA_OVERRIDE_GFX_VERSION={value}.",
+                    fix=f"Nothing to do; it stays within the family. Extensions must be built for {spoofed}.",
+                )
+            )
+    return unchanged(config, env, *findings)

@@ -1,0 +1,159 @@
+"""One typed picture of the machine: what the rules look at instead of the hardware.
+
+``probe.take_snapshot()`` fills it from the live machine; tests load recorded snapshots of real
+cards from JSON, so every rule runs on a machine with no GPU.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .catalogue import base_arch
+
+SNAPSHOT_SCHEMA_VERSION = 1
+
+# Environment variables that change how ROCm, torch or the launcher behave (rocm-facts.md,
+# "Reading the machine" and F10/F11). The probe records exactly these.
+RELEVANT_ENV_VARS = (
+    "PYTORCH_ROCM_ARCH",
+    "HSA_OVERRIDE_GFX_VERSION",
+    "GPU_ARCHS",
+    "HIP_VISIBLE_DEVICES",
+    "CUDA_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES",
+    "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL",
+    "FLASH_ATTENTION_TRITON_AMD_ENABLE",
+    "PYTORCH_CUDA_ALLOC_CONF",
+    "PYTORCH_HIP_ALLOC_CONF",
+    "HSA_NO_SCRATCH_RECLAIM",
+    "GPU_MAX_HW_QUEUES",
+    "HIP_FORCE_DEV_KERNARG",
+    "NCCL_MIN_NCHANNELS",
+    "TORCH_NCCL_HIGH_PRIORITY",
+    "FORCE_TORCHRUN",
+    "NPROC_PER_NODE",
+    "OPTIM_TORCH",
+    "ALLOW_EXTRA_ARGS",
+)
+
+
+class TorchBuild(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    version: str | None = Field(description="torch.__version__, None when torch is missing")
+    hip: str | None = Field(default=None, description="torch.version.hip")
+    cuda: str | None = Field(default=None, description="torch.version.cuda")
+    arch_list: list[str] = Field(default_factory=list, description="torch.cuda.get_arch_list()")
+
+    @property
+    def kind(self) -> str:
+        if self.version is None:
+            return "missing"
+        if self.hip:
+            return "rocm"
+        if self.cuda:
+            return "cuda"
+        return "cpu"
+
+    @property
+    def base_arch_list(self) -> list[str]:
+        return sorted({base_arch(a) for a in self.arch_list if a.startswith("gfx")})
+
+
+class Device(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    index: int
+    name: str
+    arch_name: str = Field(description="gcnArchName on ROCm, e.g. gfx942:sramecc+:xnack-; sm_XY on CUDA")
+    total_memory_bytes: int
+
+    @property
+    def base_arch(self) -> str:
+        return base_arch(self.arch_name)
+
+    @property
+    def total_memory_gib(self) -> float:
+        return self.total_memory_bytes / 2**30
+
+
+class KfdNode(BaseModel):
+    """One node of /sys/class/kfd/kfd/topology/nodes: the real hardware target, overrides aside."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    node: int
+    gfx_target_version: int = Field(description="major*10000 + minor*100 + stepping; 0 on CPU nodes")
+
+    @property
+    def target(self) -> str | None:
+        return gfx_target_from_version(self.gfx_target_version)
+
+
+class DeviceAccess(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    kfd_exists: bool = False
+    kfd_accessible: bool = False
+    render_nodes: list[str] = Field(default_factory=list)
+    render_nodes_accessible: bool = False
+    user_groups: list[str] = Field(default_factory=list)
+
+
+class Snapshot(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = SNAPSHOT_SCHEMA_VERSION
+    source: str = Field(description="'probe', 'planned: <gpu>' or 'recorded: <where from>'")
+    torch: TorchBuild
+    devices: list[Device] = Field(default_factory=list)
+    kfd_nodes: list[KfdNode] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    packages: dict[str, str | None] = Field(
+        default_factory=dict, description="versions of flash_attn, bitsandbytes, deepspeed, ..."
+    )
+    kernel_cmdline: str | None = None
+    access: DeviceAccess = Field(default_factory=DeviceAccess)
+    python: str | None = None
+
+    @property
+    def is_rocm(self) -> bool:
+        return self.torch.kind == "rocm"
+
+    @property
+    def gpu_base_archs(self) -> list[str]:
+        """Distinct base archs of the visible devices, in device order."""
+        seen: list[str] = []
+        for device in self.devices:
+            if device.base_arch not in seen:
+                seen.append(device.base_arch)
+        return seen
+
+    @property
+    def kfd_targets(self) -> list[str]:
+        """Real GPU targets from KFD sysfs (CPU nodes report 0 and are left out)."""
+        return [t for t in (n.target for n in self.kfd_nodes) if t]
+
+    def save(self, path: str | Path) -> None:
+        from .fsutil import atomic_write_text
+
+        atomic_write_text(Path(path), self.model_dump_json(indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> Snapshot:
+        return cls.model_validate(json.loads(Path(path).read_text(encoding="utf-8")))
+
+
+def gfx_target_from_version(value: int) -> str | None:
+    """KFD ``gfx_target_version`` -> target name: 90010 -> gfx90a, 110001 -> gfx1101, 0 -> None.
+
+    The stepping is written as one hex digit (rocm-facts.md, "Reading the machine").
+    """
+    if value <= 0:
+        return None
+    major, rest = divmod(value, 10000)
+    minor, stepping = divmod(rest, 100)
+    return f"gfx{major}{minor}{stepping:x}"
