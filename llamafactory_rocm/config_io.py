@@ -26,14 +26,18 @@ def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -
             raise UsageError(f"override {item!r} is not key=value (e.g. learning_rate=1e-4).")
     try:
         loaded = OmegaConf.load(path)
-        merged = OmegaConf.merge(loaded, OmegaConf.from_cli(list(overrides)))
-        data = OmegaConf.to_container(merged, resolve=True)
     except (yaml.YAMLError, OmegaConfBaseException, UnicodeDecodeError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UsageError(f"cannot parse {path}: {first}. Fix the YAML syntax and retry.") from None
-    if not isinstance(data, dict):
-        raise UsageError(f"config {path} must be a mapping of LLaMA-Factory keys, not a {type(data).__name__}.")
-    return data
+    if not OmegaConf.is_dict(loaded):
+        raise UsageError(f"config {path} must be a mapping of LLaMA-Factory keys, not a list.")
+    try:
+        merged = OmegaConf.merge(loaded, OmegaConf.from_cli(list(overrides)))
+        data = OmegaConf.to_container(merged, resolve=True)
+    except (OmegaConfBaseException, ValueError, TypeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UsageError(f"cannot apply overrides to {path}: {first}.") from None
+    return data  # type: ignore[return-value]
 
 
 def dump_yaml(config: dict[str, Any]) -> str:

@@ -1,0 +1,98 @@
+"""Shared fixtures: recorded machine snapshots, the rule context, and a tiny local model."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from llamafactory_rocm.catalogue import load_catalogue
+from llamafactory_rocm.lf_keys import train_keys
+from llamafactory_rocm.resources import datasets_dir
+from llamafactory_rocm.rules import Context, Target
+from llamafactory_rocm.snapshot import Snapshot
+
+SNAPSHOTS = Path(__file__).parent / "snapshots"
+ROCM_SNAPSHOTS = ("mi300x", "mi300x_8gpu", "mi250x", "rx7900xtx", "w7900", "mi100", "mi50", "rx7800xt")
+ALL_SNAPSHOTS = tuple(sorted(p.stem for p in SNAPSHOTS.glob("*.json")))
+
+
+def load_snapshot(name: str) -> Snapshot:
+    return Snapshot.load(SNAPSHOTS / f"{name}.json")
+
+
+def make_ctx(name: str, target: Target | None = None, existing_outputs: tuple[str, ...] = ()) -> Context:
+    return Context(
+        snapshot=load_snapshot(name),
+        catalogue=load_catalogue(),
+        known_keys=train_keys(),
+        target=target,
+        existing_outputs=existing_outputs,
+    )
+
+
+def offline_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The environment a training subprocess gets: no hub, caches inside tmp_path."""
+    env = dict(os.environ)
+    env.update(
+        HF_HOME=str(tmp_path / "hf"),
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+        WANDB_DISABLED="true",
+    )
+    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "FORCE_TORCHRUN", "LLAMAFACTORY_ROCM_CHECKED"):
+        env.pop(key, None)
+    env.update(extra)
+    return env
+
+
+def run_cli(args: list[str], cwd: Path, env: dict[str, str], timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "llamafactory_rocm.cli.main", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny Llama + tokenizer trained on the bundled QA data (built once per test session)."""
+    from llamafactory_rocm.tiny import build_tiny_model, texts_from_dataset
+
+    out = tmp_path_factory.mktemp("tiny") / "tiny-llama"
+    return build_tiny_model(out, texts_from_dataset(datasets_dir() / "amd_finetune_qa.json"))
+
+
+def tiny_train_config(model: Path, output_dir: Path, **overrides: object) -> dict:
+    """A small LoRA SFT config on the bundled data that trains in seconds on CPU."""
+    config: dict = {
+        "model_name_or_path": str(model),
+        "stage": "sft",
+        "do_train": True,
+        "finetuning_type": "lora",
+        "lora_rank": 16,
+        "lora_target": "all",
+        "template": "llama3",
+        "dataset": "amd_finetune_qa",
+        "dataset_dir": str(datasets_dir()),
+        "max_samples": 64,
+        "cutoff_len": 128,
+        "per_device_train_batch_size": 4,
+        "learning_rate": 5.0e-3,
+        "max_steps": 12,
+        "logging_steps": 1,
+        "save_steps": 12,
+        "output_dir": str(output_dir),
+        "report_to": "none",
+        "overwrite_cache": True,
+        "seed": 0,
+    }
+    config.update(overrides)
+    return config

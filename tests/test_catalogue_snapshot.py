@@ -1,0 +1,81 @@
+"""The catalogue covers every target in the notes, with sources; snapshots round-trip; the probe runs."""
+
+import json
+
+import pytest
+
+from llamafactory_rocm.catalogue import base_arch, load_catalogue, normalise_alias
+from llamafactory_rocm.probe import probe_kfd, take_snapshot
+from llamafactory_rocm.snapshot import Snapshot, gfx_target_from_version
+from tests.conftest import ALL_SNAPSHOTS, load_snapshot
+
+NOTES_TARGETS = {"gfx1100", "gfx1101", "gfx1102", "gfx1030", "gfx90a", "gfx940", "gfx941", "gfx942", "gfx950",
+                 "gfx908", "gfx906"}  # fmt: skip
+
+
+def test_every_target_in_the_notes_is_catalogued():
+    assert set(load_catalogue().archs) == NOTES_TARGETS
+
+
+def test_every_fact_has_a_source():
+    for info in load_catalogue().archs.values():
+        assert all(source.strip() for source in info.sources.values()), info.target
+
+
+def test_aliases_are_unique_and_the_preset_gpus_exist():
+    cat = load_catalogue()
+    aliases = [p.alias for a in cat.archs.values() for p in a.products]
+    assert len(aliases) == len(set(aliases))
+    for alias, arch in {"mi300x": "gfx942", "mi250": "gfx90a", "mi250x": "gfx90a", "rx7900xtx": "gfx1100",
+                        "w7900": "gfx1100", "mi100": "gfx908", "mi50": "gfx906"}.items():  # fmt: skip
+        assert cat.gpu(alias)[1].target == arch
+
+
+def test_gpu_names_are_matched_loosely():
+    assert normalise_alias("RX 7900 XTX") == normalise_alias("rx-7900-xtx") == "rx7900xtx"
+    assert load_catalogue().gpu("MI300X")[0].vram_gib == 192
+
+
+def test_mi250_is_two_64_gb_devices():
+    product, _ = load_catalogue().gpu("mi250x")
+    assert (product.vram_gib, product.devices_per_card) == (64, 2)
+
+
+def test_kfd_target_versions_match_their_targets():
+    for info in load_catalogue().archs.values():
+        assert gfx_target_from_version(info.gfx_target_version) == info.target
+
+
+@pytest.mark.parametrize(("value", "target"), [(90010, "gfx90a"), (90402, "gfx942"), (110001, "gfx1101"), (0, None)])
+def test_gfx_target_from_version(value, target):
+    assert gfx_target_from_version(value) == target
+
+
+def test_base_arch_drops_feature_suffixes():
+    assert base_arch("gfx942:sramecc+:xnack-") == "gfx942"
+
+
+@pytest.mark.parametrize("name", ALL_SNAPSHOTS)
+def test_recorded_snapshots_round_trip(name, tmp_path):
+    snap = load_snapshot(name)
+    snap.save(tmp_path / "s.json")
+    assert Snapshot.load(tmp_path / "s.json") == snap
+    assert snap.source.startswith("recorded")
+
+
+def test_probe_on_this_machine_returns_a_valid_snapshot():
+    snap = take_snapshot()
+    assert snap.source == "probe"
+    assert Snapshot.model_validate(json.loads(snap.model_dump_json())) == snap
+    import torch
+
+    assert snap.torch.version == torch.__version__
+    assert len(snap.devices) == (torch.cuda.device_count() if torch.cuda.is_available() else 0)
+
+
+def test_probe_reads_kfd_sysfs(tmp_path):
+    for node, value in ((0, 0), (1, 90402), (2, 90402)):
+        (tmp_path / str(node)).mkdir()
+        (tmp_path / str(node) / "properties").write_text(f"cpu_cores_count 0\ngfx_target_version {value}\n")
+    nodes = probe_kfd(tmp_path)
+    assert [n.target for n in nodes] == [None, "gfx942", "gfx942"]

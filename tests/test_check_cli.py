@@ -1,0 +1,118 @@
+"""``llamafactory-rocm check`` on good and bad input: one line, the documented exit code, nothing written."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import SNAPSHOTS
+
+
+def check(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, **env}
+    full_env.pop("PYTORCH_ROCM_ARCH", None) if "PYTORCH_ROCM_ARCH" not in env else None
+    return subprocess.run(
+        [sys.executable, "-m", "llamafactory_rocm.cli.main", "check", *args],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def files_in(folder: Path) -> set[str]:
+    return {str(p.relative_to(folder)) for p in folder.rglob("*")}
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    (tmp_path / "good.yaml").write_text("stage: sft\ndo_train: true\nfp16: true\noutput_dir: out\n")
+    return tmp_path
+
+
+def assert_one_line_usage_error(result: subprocess.CompletedProcess, *needles: str) -> None:
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    for needle in needles:
+        assert needle in lines[0]
+
+
+def test_missing_file(workdir):
+    before = files_in(workdir)
+    assert_one_line_usage_error(check(["nope.yaml"], workdir), "nope.yaml", "no such file")
+    assert files_in(workdir) == before
+
+
+def test_malformed_yaml(workdir):
+    (workdir / "bad.yaml").write_text("stage: sft\n  fp16: [true\n")
+    before = files_in(workdir)
+    assert_one_line_usage_error(check(["bad.yaml"], workdir), "cannot parse", "bad.yaml")
+    assert files_in(workdir) == before
+
+
+def test_yaml_that_is_not_a_mapping(workdir):
+    (workdir / "list.yaml").write_text("- fp16\n- bf16\n")
+    assert_one_line_usage_error(check(["list.yaml"], workdir), "must be a mapping")
+
+
+def test_unknown_gpu_name_lists_the_nearest(workdir):
+    assert_one_line_usage_error(check(["good.yaml", "--gpu", "mi300"], workdir), "mi300x")
+
+
+def test_bad_override_syntax(workdir):
+    assert_one_line_usage_error(check(["good.yaml", "fp16"], workdir), "key=value")
+
+
+def test_unknown_key_is_an_error_finding_with_exit_1(workdir):
+    (workdir / "typo.yaml").write_text("stage: sft\nlearning_rat: 1.0e-4\n")
+    before = files_in(workdir)
+    result = check(["typo.yaml", "--json"], workdir)
+    assert result.returncode == 1
+    report = json.loads(result.stdout)
+    assert report["ok"] is False
+    (error,) = [f for f in report["findings"] if f["level"] == "error"]
+    assert error["code"] == "UNKNOWN_KEY" and "learning_rate" in error["fix"]
+    assert files_in(workdir) == before
+
+
+def test_malformed_pytorch_rocm_arch_exit_1(workdir):
+    result = check(["good.yaml", "--gpu", "mi300x", "--json"], workdir, PYTORCH_ROCM_ARCH="gfx94")
+    assert result.returncode == 1
+    codes = [f["code"] for f in json.loads(result.stdout)["findings"] if f["level"] == "error"]
+    assert codes == ["ROCM_ARCH_MALFORMED"]
+
+
+def test_arch_mismatch_against_a_recorded_machine_exit_1(workdir):
+    snapshot = str(SNAPSHOTS / "rx7900xtx.json")
+    result = check(["good.yaml", "--snapshot", snapshot, "--arch", "gfx942"], workdir)
+    assert result.returncode == 1
+    assert "TARGET_MISMATCH" in result.stdout and "refused" in result.stdout
+
+
+def test_preset_style_file_name_for_another_gpu_is_refused_on_that_machine(workdir):
+    (workdir / "mi300x_llama3_lora.yaml").write_text("stage: sft\nbf16: true\n")
+    result = check(["mi300x_llama3_lora.yaml", "--snapshot", str(SNAPSHOTS / "w7900.json")], workdir)
+    assert result.returncode == 1 and "TARGET_MISMATCH" in result.stdout
+
+
+def test_plan_for_mi300x_on_a_laptop_shows_the_rewrites_as_a_diff(workdir):
+    result = check(["good.yaml", "--gpu", "mi300x"], workdir)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "planned: mi300x" in result.stdout
+    assert "- fp16: true" in result.stdout and "+ bf16: true" in result.stdout
+    assert "+ env PYTORCH_ROCM_ARCH=gfx942" in result.stdout
+
+
+def test_json_output_shape(workdir):
+    result = check(["good.yaml", "learning_rate=2e-4", "--json", "--gpu", "rx7900xtx"], workdir)
+    report = json.loads(result.stdout)
+    assert set(report) >= {"ok", "findings", "config"}
+    assert all(set(f) == {"code", "level", "message", "fix"} for f in report["findings"])
+    assert report["config"]["learning_rate"] == 2e-4
+    assert report["config"]["bf16"] is True

@@ -1,0 +1,65 @@
+"""fp16 -> bf16 where bf16 is real; fp16 kept with a reason on gfx906/gfx908; CPU gets use_cpu."""
+
+import pytest
+
+from llamafactory_rocm.findings import Level
+from llamafactory_rocm.rules import precision
+from tests.conftest import make_ctx
+
+
+@pytest.mark.parametrize("name", ["mi300x", "mi300x_8gpu", "mi250x", "rx7900xtx", "w7900", "rx7800xt"])
+def test_fp16_becomes_bf16_on_archs_with_bf16_matrix_units(name):
+    step = precision.prefer_bf16({"fp16": True}, {}, make_ctx(name))
+    assert step.config["fp16"] is False and step.config["bf16"] is True
+    assert [f.code for f in step.findings] == ["PRECISION_FP16_TO_BF16"]
+    assert step.findings[0].level is Level.CHANGE
+
+
+def test_fp16_is_kept_on_mi100_because_bf16_is_half_the_rate():
+    step = precision.prefer_bf16({"fp16": True}, {}, make_ctx("mi100"))
+    assert step.config == {"fp16": True}
+    (finding,) = step.findings
+    assert finding.code == "PRECISION_FP16_KEPT" and finding.level is Level.WARNING
+    assert "half the fp16" in finding.message and "gfx908" in finding.message
+
+
+def test_fp16_is_kept_on_mi50_because_it_has_no_bf16_matrix_units():
+    step = precision.prefer_bf16({"fp16": True}, {}, make_ctx("mi50"))
+    assert step.config == {"fp16": True}
+    assert "gfx906 has no bf16 matrix units" in step.findings[0].message
+
+
+def test_fp16_on_cpu_only_becomes_bf16_with_use_cpu():
+    step = precision.prefer_bf16({"fp16": True}, {}, make_ctx("cpu_only"))
+    assert step.config == {"fp16": False, "bf16": True, "use_cpu": True}
+    assert step.findings[0].code == "PRECISION_CPU_FP16"
+
+
+def test_fp16_on_cuda_is_left_alone():
+    step = precision.prefer_bf16({"fp16": True}, {}, make_ctx("cuda_h200"))
+    assert step.config == {"fp16": True} and step.findings == []
+
+
+def test_bf16_on_cpu_gets_use_cpu():
+    step = precision.bf16_on_cpu_needs_use_cpu({"bf16": True}, {}, make_ctx("cpu_only"))
+    assert step.config == {"bf16": True, "use_cpu": True}
+    assert precision.bf16_on_cpu_needs_use_cpu({"bf16": True}, {}, make_ctx("mi300x")).findings == []
+
+
+def test_bf16_on_mi50_warns_that_torch_reports_it_supported_anyway():
+    step = precision.warn_bf16_without_matrix_units({"bf16": True}, {}, make_ctx("mi50"))
+    assert step.findings[0].code == "BF16_NOT_NATIVE"
+    assert precision.warn_bf16_without_matrix_units({"bf16": True}, {}, make_ctx("mi300x")).findings == []
+
+
+def test_pure_bf16_is_dropped_only_where_bf16_is_not_real():
+    dropped = precision.pure_bf16_only_where_real({"pure_bf16": True}, {}, make_ctx("mi50"))
+    assert dropped.config["pure_bf16"] is False
+    assert dropped.findings[0].code == "PURE_BF16_DROPPED"
+    kept = precision.pure_bf16_only_where_real({"pure_bf16": True}, {}, make_ctx("mi300x"))
+    assert kept.config["pure_bf16"] is True and kept.findings == []
+
+
+def test_string_booleans_from_dict_users_count():
+    step = precision.prefer_bf16({"fp16": "true"}, {}, make_ctx("mi300x"))
+    assert step.config["bf16"] is True

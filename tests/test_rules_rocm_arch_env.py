@@ -1,0 +1,57 @@
+"""PYTORCH_ROCM_ARCH: parsed strictly, must cover every GPU here, set when unset on ROCm."""
+
+import pytest
+
+from llamafactory_rocm.catalogue import load_catalogue
+from llamafactory_rocm.findings import Level
+from llamafactory_rocm.rules.rocm_arch_env import check_pytorch_rocm_arch, parse_rocm_arch
+from tests.conftest import make_ctx
+
+
+def test_parses_semicolons_spaces_and_feature_suffixes():
+    good, bad = parse_rocm_arch("gfx90a:xnack-;gfx942:sramecc+:xnack- gfx1100", load_catalogue())
+    assert good == ["gfx90a:xnack-", "gfx942:sramecc+:xnack-", "gfx1100"]
+    assert bad == []
+
+
+@pytest.mark.parametrize(
+    ("value", "suggestion"),
+    [("gfx94", "gfx942"), ("sm_90", None), ("gfx942;;", None), ("gfx9422", "gfx942"), ("gfx942:xnack", None)],
+)
+def test_malformed_targets_are_refused_with_the_nearest_valid_one(value, suggestion):
+    step = check_pytorch_rocm_arch({}, {"PYTORCH_ROCM_ARCH": value}, make_ctx("mi300x"))
+    assert step.findings, value
+    assert all(f.code == "ROCM_ARCH_MALFORMED" and f.level is Level.ERROR for f in step.findings)
+    if suggestion:
+        assert f"Did you mean {suggestion!r}" in step.findings[0].fix
+
+
+def test_list_that_misses_the_gpu_here_is_refused():
+    step = check_pytorch_rocm_arch({}, {"PYTORCH_ROCM_ARCH": "gfx90a;gfx1100"}, make_ctx("mi300x"))
+    (finding,) = step.findings
+    assert finding.code == "ROCM_ARCH_MISSES_DEVICE"
+    assert "invalid device function" in finding.message
+    assert finding.fix == "export PYTORCH_ROCM_ARCH=gfx942"
+
+
+def test_list_that_covers_the_gpu_passes():
+    step = check_pytorch_rocm_arch({}, {"PYTORCH_ROCM_ARCH": "gfx90a;gfx942:xnack-"}, make_ctx("mi300x"))
+    assert step.findings == []
+
+
+def test_unset_on_rocm_is_set_to_the_detected_arch_and_said():
+    step = check_pytorch_rocm_arch({}, {}, make_ctx("mi250x"))
+    assert step.env["PYTORCH_ROCM_ARCH"] == "gfx90a"  # two GCDs, one arch
+    assert [f.code for f in step.findings] == ["ROCM_ARCH_SET"]
+    assert step.findings[0].level is Level.CHANGE
+
+
+def test_unset_on_cpu_or_cuda_stays_unset():
+    for name in ("cpu_only", "cuda_h200"):
+        step = check_pytorch_rocm_arch({}, {}, make_ctx(name))
+        assert "PYTORCH_ROCM_ARCH" not in step.env and step.findings == []
+
+
+def test_malformed_value_is_refused_even_without_a_gpu():
+    step = check_pytorch_rocm_arch({}, {"PYTORCH_ROCM_ARCH": "gfx94"}, make_ctx("cpu_only"))
+    assert [f.code for f in step.findings] == ["ROCM_ARCH_MALFORMED"]

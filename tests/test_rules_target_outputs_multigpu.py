@@ -1,0 +1,67 @@
+"""The named GPU must be the one here; existing checkpoints are never clobbered; multi-GPU notices."""
+
+from llamafactory_rocm.findings import Level
+from llamafactory_rocm.prelaunch import planned_snapshot, resolve_target
+from llamafactory_rocm.rules import multi_gpu, outputs, target
+from llamafactory_rocm.rules.base import Context, Target
+from tests.conftest import make_ctx
+
+
+def test_preset_file_name_names_its_gpu():
+    found = resolve_target(config_path="presets/mi300x_llama3_lora.yaml")
+    assert (found.arch, found.alias) == ("gfx942", "mi300x")
+    assert resolve_target(config_path="my_run.yaml") is None
+
+
+def test_gpu_named_in_the_file_but_another_present_is_an_error():
+    ctx = make_ctx("rx7900xtx", target=resolve_target(config_path="mi300x_llama3_lora.yaml"))
+    (finding,) = target.check_target({}, {}, ctx).findings
+    assert finding.code == "TARGET_MISMATCH" and finding.level is Level.ERROR
+    assert "gfx1100" in finding.message
+
+
+def test_matching_gpu_passes():
+    ctx = make_ctx("w7900", target=Target(arch="gfx1100", alias="rx7900xtx", named_by="--gpu"))
+    assert target.check_target({}, {}, ctx).findings == []
+
+
+def test_planned_target_on_a_laptop_is_information():
+    t = Target(arch="gfx942", alias="mi300x", named_by="--gpu")
+    ctx = make_ctx("cpu_only", target=t)
+    ctx = Context(snapshot=planned_snapshot(t, {}), catalogue=ctx.catalogue, known_keys=ctx.known_keys, target=t)
+    assert [f.code for f in target.check_target({}, {}, ctx).findings] == ["PLANNED_TARGET"]
+    assert ctx.snapshot.devices[0].total_memory_gib == 192
+
+
+def test_training_a_gpu_preset_on_cpu_warns():
+    ctx = make_ctx("cpu_only", target=Target(arch="gfx942", alias="mi300x", named_by="file name x"))
+    assert [f.code for f in target.check_target({}, {}, ctx).findings] == ["TARGET_ABSENT"]
+
+
+def test_overwrite_output_dir_over_existing_checkpoints_is_refused():
+    ctx = make_ctx("mi300x", existing_outputs=("checkpoint-100", "adapter_model.safetensors"))
+    (finding,) = outputs.protect_existing_checkpoints({"overwrite_output_dir": True}, {}, ctx).findings
+    assert finding.code == "CHECKPOINT_OVERWRITE" and finding.level is Level.ERROR
+
+
+def test_save_total_limit_would_rotate_away_existing_checkpoints():
+    ctx = make_ctx("mi300x", existing_outputs=("checkpoint-100",))
+    (finding,) = outputs.protect_existing_checkpoints({"save_total_limit": 1}, {}, ctx).findings
+    assert finding.code == "CHECKPOINT_ROTATION"
+
+
+def test_resuming_without_overwrite_is_fine():
+    ctx = make_ctx("mi300x", existing_outputs=("checkpoint-100",))
+    assert outputs.protect_existing_checkpoints({}, {}, ctx).findings == []
+
+
+def test_multi_gpu_notices_on_mi300x_without_iommu_pt_and_on_rdna3():
+    assert multi_gpu.multi_gpu_notices({}, {}, make_ctx("mi300x")).findings == []  # one GPU
+    eight = multi_gpu.multi_gpu_notices({}, {}, make_ctx("mi300x_8gpu"))
+    assert "MI300X_PARTIAL_NODE" not in [f.code for f in eight.findings]
+    assert "EXPANDABLE_SEGMENTS_OLD_ROCM" in [f.code for f in eight.findings]  # ROCm 6.4 < 7.0
+    ctx = make_ctx("mi300x_8gpu")
+    four = ctx.snapshot.model_copy(update={"devices": ctx.snapshot.devices[:4], "kernel_cmdline": "ro quiet"})
+    ctx = Context(snapshot=four, catalogue=ctx.catalogue, known_keys=ctx.known_keys)
+    codes = [f.code for f in multi_gpu.multi_gpu_notices({}, {"OPTIM_TORCH": "0"}, ctx).findings]
+    assert codes == ["IOMMU_PT_MISSING", "MI300X_PARTIAL_NODE"]
