@@ -57,31 +57,34 @@ class MissingTorchaudio(types.ModuleType):
         )
 
 
-def _torchaudio_or_stand_in() -> MissingTorchaudio | None:
-    if "torchaudio" in sys.modules:
-        return None
-    try:
-        importlib.import_module("torchaudio")
-        return None
-    except Exception as exc:  # ImportError, or OSError for a CUDA-linked wheel (libc10_cuda.so)
-        for name in [n for n in sys.modules if n == "torchaudio" or n.startswith("torchaudio.")]:
-            del sys.modules[name]
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        stand_in = MissingTorchaudio(reason)
-        sys.modules["torchaudio"] = stand_in
-        return stand_in
+_ABSENT = object()
 
 
 @contextlib.contextmanager
 def text_only_llamafactory() -> Iterator[None]:
     """Import LLaMA-Factory modules here even when torchaudio cannot be imported."""
-    stand_in = _torchaudio_or_stand_in()
+    if sys.modules.get("torchaudio") is not None:
+        yield
+        return
+    previous = sys.modules.get("torchaudio", _ABSENT)
+    stand_in = None
+    try:
+        importlib.import_module("torchaudio")
+    except Exception as exc:  # ImportError, or OSError for a CUDA-linked wheel (libc10_cuda.so)
+        for name in [n for n in sys.modules if n.startswith("torchaudio.")]:
+            del sys.modules[name]
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        stand_in = MissingTorchaudio(reason)
+        sys.modules["torchaudio"] = stand_in
     try:
         yield
     finally:
         # Others (transformers' availability checks) must not mistake the stand-in for torchaudio.
         if stand_in is not None and sys.modules.get("torchaudio") is stand_in:
-            del sys.modules["torchaudio"]
+            if previous is _ABSENT:
+                del sys.modules["torchaudio"]
+            else:
+                sys.modules["torchaudio"] = previous  # type: ignore[assignment]
 
 
 def _patch_tuner(module: types.ModuleType) -> None:

@@ -1,0 +1,96 @@
+"""The .pth hook: installed with the package, cheap, switchable, and a clear torchaudio stand-in."""
+
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from llamafactory_rocm import _startup
+
+
+def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
+    import os
+
+    return subprocess.run(
+        [sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_the_pth_file_is_installed_and_arms_the_finder():
+    pth = Path(sysconfig.get_paths()["purelib"]) / "llamafactory_rocm.pth"
+    assert pth.is_file(), "reinstall: pip install -e ."
+    result = run_python("import sys; print(any(type(f).__name__ == '_Finder' for f in sys.meta_path))")
+    assert result.stdout.strip() == "True"
+
+
+def test_the_switch_turns_it_off():
+    result = run_python(
+        "import sys; print(any(type(f).__name__ == '_Finder' for f in sys.meta_path))", LLAMAFACTORY_ROCM="0"
+    )
+    assert result.stdout.strip() == "False"
+
+
+def test_python_start_up_imports_nothing_heavy():
+    heavy = "{'torch', 'pydantic', 'yaml', 'llamafactory', 'transformers'}"
+    result = run_python(f"import sys; print(sorted(m for m in sys.modules if m.split('.')[0] in {heavy}))")
+    assert result.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("value", ["0", "false", "off", "NO"])
+def test_enabled_reads_the_switch(value):
+    assert not _startup.enabled({"LLAMAFACTORY_ROCM": value})
+    assert _startup.enabled({})
+
+
+def test_missing_torchaudio_fails_only_when_audio_is_used():
+    code = (
+        "import sys\n"
+        "sys.modules['torchaudio'] = None\n"  # makes `import torchaudio` fail, as when it is absent
+        "import llamafactory.data.mm_plugin as mm\n"
+        "assert sys.modules.get('torchaudio') is None, 'stand-in leaked'\n"
+        "try:\n"
+        "    mm.torchaudio.load('speech.wav')\n"
+        "except ImportError as exc:\n"
+        "    print('AUDIO-ERROR', exc)\n"
+    )
+    result = run_python(code)
+    assert "AUDIO-ERROR" in result.stdout, result.stderr[-2000:]
+    assert "Text-only training does not need it" in result.stdout
+
+
+def test_run_exp_is_wrapped_once_and_keeps_its_signature():
+    code = (
+        "import inspect\n"
+        "from llamafactory.train import tuner\n"
+        "marked = getattr(tuner.run_exp, '__llamafactory_rocm__', False)\n"
+        "print(marked, list(inspect.signature(tuner.run_exp).parameters))\n"
+    )
+    assert run_python(code).stdout.strip() == "True ['args', 'callbacks']"
+
+
+def test_an_unexpected_run_exp_makes_the_hook_step_aside_with_one_line(capsys):
+    import types
+
+    changed = types.ModuleType("llamafactory.train.tuner")
+    changed.run_exp = lambda config: config  # a future LLaMA-Factory with another signature
+    original = changed.run_exp
+    _startup._patch_tuner(changed)
+    assert changed.run_exp is original
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "pre-launch check is off for this run" in err[0]
+
+
+def test_a_failing_check_never_blocks_training(monkeypatch, capsys):
+    from llamafactory_rocm import hook
+
+    seen = []
+
+    def run_exp(args=None, callbacks=None):
+        seen.append((args, callbacks))
+
+    monkeypatch.setattr(hook, "prepare", lambda args: (_ for _ in ()).throw(RuntimeError("boom")))
+    hook.wrap_run_exp(run_exp)({"stage": "sft"}, None)
+    assert seen == [({"stage": "sft"}, None)]
+    assert "pre-launch check skipped (RuntimeError: boom)" in capsys.readouterr().err

@@ -1,0 +1,192 @@
+"""End to end on CPU through LLaMA-Factory's real trainer: our ``train``, stock ``llamafactory-cli
+train`` with the hook, ``run_exp(args=dict)``, two torchrun ranks, the divergence guard."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from llamafactory_rocm.record import latest_record
+from tests.conftest import offline_env, run_cli, tiny_train_config
+
+pytestmark = pytest.mark.trainer
+
+LLAMAFACTORY_CLI = str(Path(sys.executable).parent / "llamafactory-cli")
+BLOG_KEYS = {"fp16": True, "compute_dtype": "bfloat16", "backend": "pt"}
+
+
+def write_config(path: Path, config: dict) -> Path:
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def losses(output_dir: Path) -> list[float]:
+    history = json.loads((output_dir / "trainer_state.json").read_text())["log_history"]
+    return [e["loss"] for e in history if "loss" in e]
+
+
+def trained_precision(output_dir: Path) -> tuple[bool, bool]:
+    import torch
+
+    args = torch.load(output_dir / "training_args.bin", weights_only=False)
+    return args.bf16, args.fp16
+
+
+def assert_trained_in_bf16_and_learned(output_dir: Path) -> None:
+    assert (output_dir / "adapter_model.safetensors").is_file()
+    assert trained_precision(output_dir) == (True, False)
+    curve = losses(output_dir)
+    assert len(curve) >= 10
+    assert curve[-1] < 0.8 * curve[0], curve
+
+
+def codes(record: dict, level: str = "change") -> set[str]:
+    return {f["code"] for f in record["findings"] if f["level"] == level}
+
+
+def test_llamafactory_rocm_train_rewrites_the_blog_config_and_trains_in_bf16(tiny_model, tmp_path):
+    out = tmp_path / "out"
+    cfg = write_config(tmp_path / "blog.yaml", tiny_train_config(tiny_model, out, **BLOG_KEYS))
+    result = run_cli(["train", str(cfg)], tmp_path, offline_env(tmp_path))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert_trained_in_bf16_and_learned(out)
+    record = latest_record(out)
+    assert record["origin"] == "llamafactory-rocm train"
+    assert {"COMPUTE_DTYPE_REWRITTEN", "BACKEND_DROPPED", "PRECISION_CPU_USE_CPU"} <= codes(record)
+    assert record["input_config"]["compute_dtype"] == "bfloat16"
+    resolved = record["resolved_config"]
+    assert resolved["bf16"] is True and resolved["fp16"] is False and resolved["use_cpu"] is True
+    assert "compute_dtype" not in resolved and "backend" not in resolved
+    assert yaml.safe_load((out / record["resolved_yaml"]).read_text()) == resolved
+    assert record["versions"]["llamafactory"] and record["snapshot"]["source"] == "probe"
+    # our own launch is recorded once: the hook inside LLaMA-Factory saw the digest and stayed quiet
+    assert sorted(p.name for p in out.glob("rocm_launch*.json")) == ["rocm_launch.json"]
+
+
+def test_train_refuses_an_unknown_key_before_loading_anything(tiny_model, tmp_path):
+    out = tmp_path / "out"
+    cfg = write_config(tmp_path / "typo.yaml", tiny_train_config(tiny_model, out, lora_rnak=8))
+    result = run_cli(["train", str(cfg)], tmp_path, offline_env(tmp_path))
+    assert result.returncode == 1
+    assert "UNKNOWN_KEY" in result.stdout and "lora_rank" in result.stdout
+    assert not out.exists()
+
+
+def test_train_never_overwrites_existing_checkpoints(tiny_model, tmp_path):
+    out = tmp_path / "out"
+    (out / "checkpoint-5").mkdir(parents=True)
+    marker = out / "checkpoint-5" / "adapter_model.safetensors"
+    marker.write_bytes(b"earlier run")
+    cfg = write_config(tmp_path / "c.yaml", tiny_train_config(tiny_model, out, overwrite_output_dir=True))
+    result = run_cli(["train", str(cfg)], tmp_path, offline_env(tmp_path))
+    assert result.returncode == 1 and "CHECKPOINT_OVERWRITE" in result.stdout
+    assert marker.read_bytes() == b"earlier run"
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint-5"]
+
+
+def test_stock_llamafactory_cli_gets_the_same_rewrites(tiny_model, tmp_path):
+    out = tmp_path / "out"
+    cfg = write_config(tmp_path / "blog.yaml", tiny_train_config(tiny_model, out, **BLOG_KEYS))
+    result = subprocess.run(
+        [LLAMAFACTORY_CLI, "train", str(cfg)], cwd=tmp_path, env=offline_env(tmp_path), capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert_trained_in_bf16_and_learned(out)
+    record = latest_record(out)
+    assert record["origin"] == "llamafactory-cli train (hook)"
+    assert {"COMPUTE_DTYPE_REWRITTEN", "BACKEND_DROPPED"} <= codes(record)
+
+
+def test_switched_off_stock_behaviour_returns(tiny_model, tmp_path):
+    # A torchaudio that imports (as a ROCm install from the wheel index has), so that stock
+    # LLaMA-Factory gets as far as its own argument parser.
+    fake = tmp_path / "site" / "torchaudio"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    out = tmp_path / "out"
+    cfg = write_config(tmp_path / "blog.yaml", tiny_train_config(tiny_model, out, **BLOG_KEYS))
+    env = offline_env(tmp_path, LLAMAFACTORY_ROCM="0", PYTHONPATH=str(tmp_path / "site"))
+    result = subprocess.run(
+        [LLAMAFACTORY_CLI, "train", str(cfg)], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert result.returncode != 0
+    assert "Some keys are not used by the HfArgumentParser" in result.stderr
+    assert "compute_dtype" in result.stderr and "backend" in result.stderr
+    assert not list(out.glob("rocm_launch*.json")) if out.exists() else True
+
+
+def test_run_exp_from_a_script_gets_the_rewrites_and_the_guard(tiny_model, tmp_path):
+    out = tmp_path / "out"
+    config = tiny_train_config(tiny_model, out, **BLOG_KEYS)
+    script = tmp_path / "my_script.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            from llamafactory.train.tuner import run_exp
+            callbacks = []
+            run_exp(args={config!r}, callbacks=callbacks)
+            print("GUARD" if any(type(c).__name__ == "DivergenceGuard" for c in callbacks) else "NO-GUARD")
+            """
+        )
+    )
+    result = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, env=offline_env(tmp_path), capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert_trained_in_bf16_and_learned(out)
+    record = latest_record(out)
+    assert record["origin"] == "run_exp (hook)"
+    assert "COMPUTE_DTYPE_REWRITTEN" in codes(record)
+
+
+def test_two_torchrun_ranks_both_run_the_hook_and_write_one_record(tiny_model, tmp_path):
+    out = tmp_path / "out"
+    cfg = write_config(tmp_path / "blog.yaml", tiny_train_config(tiny_model, out, max_steps=6, **BLOG_KEYS))
+    env = offline_env(tmp_path, FORCE_TORCHRUN="1", NPROC_PER_NODE="2", MASTER_PORT="29517")
+    result = subprocess.run(
+        [LLAMAFACTORY_CLI, "train", str(cfg)], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log[-4000:]
+    # Without the hook, rank 1 would reject compute_dtype/backend as unknown keys; it trained in bf16.
+    assert "Process rank: 1, world size: 2" in log
+    assert "compute dtype: torch.bfloat16" in log
+    assert sorted(p.name for p in out.glob("rocm_launch*.json")) == ["rocm_launch.json"]
+    assert (out / "adapter_model.safetensors").is_file()
+
+
+def test_guard_stops_a_diverging_run_and_keeps_the_earlier_checkpoint(tiny_model, tmp_path):
+    out = tmp_path / "out"
+    config = tiny_train_config(tiny_model, out, learning_rate=1e30, save_steps=1, max_steps=8)
+    cfg = write_config(tmp_path / "diverge.yaml", config)
+    result = run_cli(["train", str(cfg)], tmp_path, offline_env(tmp_path))
+    assert result.returncode == 3, result.stderr[-3000:]
+    (line,) = {ln.split("llamafactory-rocm: ")[-1] for ln in result.stderr.splitlines() if "stopped at step" in ln}
+    step = int(line.split("stopped at step ")[1].split(":")[0])
+    assert "learning_rate 1e+30" in line
+    assert "is nan" in line or "is inf" in line
+    checkpoints = sorted(int(p.name.split("-")[1]) for p in out.glob("checkpoint-*"))
+    assert checkpoints and max(checkpoints) < step  # nothing saved at or after the bad step
+    assert (out / f"checkpoint-{max(checkpoints)}" / "adapter_model.safetensors").is_file()
+    assert not (out / "adapter_model.safetensors").exists()  # the diverged weights were not saved
+
+
+def test_text_training_works_where_torchaudio_is_broken(tiny_model, tmp_path):
+    # The PyPI torchaudio wheel on a non-CUDA machine fails like this at import (llamafactory-facts.md).
+    broken = tmp_path / "site" / "torchaudio"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text("raise OSError('libc10_cuda.so: cannot open shared object file')\n")
+    out = tmp_path / "out"
+    cfg = write_config(tmp_path / "c.yaml", tiny_train_config(tiny_model, out, bf16=True, max_steps=4))
+    env = offline_env(tmp_path, PYTHONPATH=str(tmp_path / "site"))
+    result = subprocess.run(
+        [LLAMAFACTORY_CLI, "train", str(cfg)], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (out / "adapter_model.safetensors").is_file()
