@@ -16,6 +16,7 @@ from .catalogue import Catalogue, base_arch, load_catalogue
 from .errors import UsageError
 from .findings import Finding
 from .lf_keys import train_keys
+from .memory import model_config_for
 from .probe import relevant_env
 from .rules import Context, Resolution, Target, resolve
 from .snapshot import Device, KfdNode, Snapshot, TorchBuild
@@ -151,6 +152,7 @@ def check_config(
         known_keys=train_keys(),
         target=target,
         existing_outputs=existing_outputs(config.get("output_dir", "trainer_output")),
+        model_config=model_config_for(str(config.get("model_name_or_path", ""))),
         extra_findings=tuple(extra_findings),
     )
     resolution = resolve(config, env, ctx)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..findings import Finding, has_errors
-from . import blog_keys, kernels, multi_gpu, outputs, precision, rocm_arch_env, target, torch_build
+from . import blog_keys, kernels, memory_fit, multi_gpu, outputs, precision, rocm_arch_env, target, torch_build
 from .base import Config, Context, Env, Rule, Step, Target
 
 RULES: tuple[Rule, ...] = (
@@ -33,6 +33,7 @@ RULES: tuple[Rule, ...] = (
     kernels.bitsandbytes_for_qlora,
     outputs.protect_existing_checkpoints,
     multi_gpu.multi_gpu_notices,
+    memory_fit.memory_fit,
 )
 
 

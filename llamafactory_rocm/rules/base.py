@@ -36,7 +36,9 @@ class Context:
     target: Target | None = None
     # checkpoint-* folders and final weight files already in output_dir (read by the caller)
     existing_outputs: tuple[str, ...] = ()
-    # findings computed outside the rule chain (dataset validation, memory estimate)
+    # the model's config.json (local folder or shipped copy), for the memory estimate
+    model_config: Mapping[str, Any] | None = None
+    # findings computed outside the rule chain (dataset validation)
     extra_findings: tuple[Finding, ...] = field(default_factory=tuple)
 
     @property

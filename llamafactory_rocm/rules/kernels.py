@@ -38,9 +38,13 @@ def drop_tf32(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -
 
 
 def _flash_attn_gap(ctx: Context, env: Mapping[str, str]) -> str | None:
-    """Why the installed flash-attn cannot serve the GPUs here, or None when it can."""
-    version = ctx.snapshot.packages.get("flash_attn")
-    if not version:
+    """Why the installed flash-attn cannot serve the GPUs here, or None when it can.
+
+    A planned machine's packages are unknown (key absent): judged by the arch alone.
+    """
+    packages = ctx.snapshot.packages
+    version = packages.get("flash_attn")
+    if "flash_attn" in packages and not version:
         return "flash-attn is not installed"
     triton = env.get("FLASH_ATTENTION_TRITON_AMD_ENABLE", "").upper() == "TRUE"
     for arch, info in ctx.arch_infos():
@@ -53,7 +57,7 @@ def _flash_attn_gap(ctx: Context, env: Mapping[str, str]) -> str | None:
             return f"flash-attn's CK backend has no {arch} kernels in a release (Triton backend: " + (
                 "set FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE)" if fa.triton_backend else "none either)"
             )
-        if version_tuple(version) < version_tuple(fa.ck_min_version):
+        if version and version_tuple(version) < version_tuple(fa.ck_min_version):
             return f"flash-attn {version} has no CK kernels for {arch} (from {fa.ck_min_version})"
     return None
 
@@ -128,6 +132,7 @@ def bitsandbytes_for_qlora(config: Mapping[str, Any], env: Mapping[str, str], ct
     method = str(config.get("quantization_method", "bnb")).lower()
     if method not in {"bnb", "bitsandbytes"}:
         return unchanged(config, env)
+    known = "bitsandbytes" in ctx.snapshot.packages  # a planned machine's packages are unknown
     installed = ctx.snapshot.packages.get("bitsandbytes")
     findings = []
     for arch, info in ctx.arch_infos():
@@ -143,6 +148,17 @@ def bitsandbytes_for_qlora(config: Mapping[str, Any], env: Mapping[str, str], ct
                     "('Error invalid device function ... ops.hip').",
                     fix="Drop quantization_bit (plain LoRA in bf16), or build bitsandbytes with "
                     f"-DBNB_ROCM_ARCH={arch}.",
+                )
+            )
+        elif not known:
+            findings.append(
+                Finding(
+                    code="QLORA_BITSANDBYTES",
+                    level=Level.INFO,
+                    key="quantization_bit",
+                    old=bits,
+                    message=f"QLoRA on {arch} needs bitsandbytes >= {needed} on the machine that trains.",
+                    fix=f"pip install 'bitsandbytes>={needed}' there; check runs this again on that machine.",
                 )
             )
         elif not installed or version_tuple(installed) < version_tuple(needed):

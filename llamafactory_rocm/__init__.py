@@ -1,0 +1,30 @@
+"""ROCm-aware presets, datasets and a pre-launch check for LoRA fine-tuning with LLaMA-Factory.
+
+The names below load on first use: ``import llamafactory_rocm`` stays cheap, which matters because
+the start-up hook (``_startup``) is imported by every Python process of the environment.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "check_config": ("llamafactory_rocm.prelaunch", "check_config"),
+    "Report": ("llamafactory_rocm.prelaunch", "Report"),
+    "Finding": ("llamafactory_rocm.findings", "Finding"),
+    "Level": ("llamafactory_rocm.findings", "Level"),
+    "Snapshot": ("llamafactory_rocm.snapshot", "Snapshot"),
+    "take_snapshot": ("llamafactory_rocm.probe", "take_snapshot"),
+    "load_catalogue": ("llamafactory_rocm.catalogue", "load_catalogue"),
+}
+__all__ = ["__version__", *sorted(_LAZY)]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(module), attr)
+    raise AttributeError(f"module 'llamafactory_rocm' has no attribute {name!r}")

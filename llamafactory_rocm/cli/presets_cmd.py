@@ -1,0 +1,64 @@
+"""``llamafactory-rocm presets list|show|copy|path``: the built-in presets, torchtune-style."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from .. import presets
+
+
+def register(subs: argparse._SubParsersAction) -> None:
+    p = subs.add_parser("presets", help="list, show, copy the per-GPU LoRA presets")
+    verbs = p.add_subparsers(dest="verb", required=True, parser_class=type(p))
+    ls = verbs.add_parser("list", help="every preset with its GPU, arch, model, method and memory estimate")
+    ls.add_argument("--gpu", help="only presets for this GPU's arch (e.g. w7900 lists the gfx1100 ones)")
+    ls.add_argument("--json", action="store_true")
+    ls.set_defaults(run=run_list)
+    show = verbs.add_parser("show", help="print a preset's YAML with its target and memory need")
+    show.add_argument("name")
+    show.set_defaults(run=run_show)
+    cp = verbs.add_parser("copy", help="copy a preset to edit it (never overwrites without --force)")
+    cp.add_argument("name")
+    cp.add_argument("dest", help="a file name or an existing folder")
+    cp.add_argument("--force", action="store_true", help="overwrite an existing file")
+    cp.set_defaults(run=run_copy)
+    where = verbs.add_parser("path", help="print the installed file's path")
+    where.add_argument("name")
+    where.set_defaults(run=run_path)
+
+
+def run_list(args: argparse.Namespace) -> int:
+    infos = presets.list_presets(args.gpu)
+    if args.json:
+        print(json.dumps([i.as_dict() for i in infos], indent=2))
+        return 0
+    print(f"{'NAME':28} {'GPU':10} {'ARCH':8} {'MODEL':10} {'METHOD':7} {'EST. PEAK':>14}  DESCRIPTION")
+    for i in infos:
+        d = i.as_dict()
+        peak = f"{d['estimated_peak_gib']}/{d['vram_gib']:g} GiB" if d["estimated_peak_gib"] else "-"
+        gpus = f"{d['gpus']}x{d['gpu']}" if d["gpus"] > 1 else d["gpu"]
+        print(f"{d['name']:28} {gpus:10} {d['arch']:8} {d['model']:10} {d['method']:7} {peak:>14}  {d['description']}")
+    print("\nNext: llamafactory-rocm presets show NAME, or presets copy NAME ./my_run.yaml")
+    return 0
+
+
+def run_show(args: argparse.Namespace) -> int:
+    d = presets.info(args.name).as_dict()
+    peak = f"{d['estimated_peak_gib']} GiB estimated peak per device" if d["estimated_peak_gib"] else "unknown"
+    print(f"# {d['name']}: {d['gpus']} x {d['gpu']} ({d['arch']}, {d['vram_gib']:g} GiB), {peak}")
+    print(f"# file: {d['path']}\n")
+    print(presets.path(args.name).read_text(encoding="utf-8"), end="")
+    return 0
+
+
+def run_copy(args: argparse.Namespace) -> int:
+    for written in presets.copy(args.name, args.dest, force=args.force):
+        print(f"wrote {written}")
+    print(f"Next: edit it, then `llamafactory-rocm check {presets.copy_target(args.name, args.dest)}`")
+    return 0
+
+
+def run_path(args: argparse.Namespace) -> int:
+    print(presets.path(args.name))
+    return 0

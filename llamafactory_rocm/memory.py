@@ -1,0 +1,255 @@
+"""Will it fit? Peak device memory of a LLaMA-Factory run, estimated from the model's shapes.
+
+Parameters are counted from ``config.json`` (no weights needed). The estimate is a breakdown:
+frozen/base weights, trainable state (weights + gradients + optimizer), activations, logits, and a
+fixed workspace. Constants are calibrated in docs/memory.md against torchtune's published 16.2 GiB
+for Llama-3.1-8B LoRA (batch 2 x 2048, activation checkpointing, chunked loss) and
+LLaMA-Factory's README table; the tests pin both.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+GIB = 2**30
+LINEAR_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+# bf16 activation bytes kept per token per layer when a layer's forward is (re)computed, as
+# multiples of hidden, intermediate and KV width (residuals, norms, q/attention output/o input;
+# gate, up, act(gate), product; k, v). Calibrated: docs/memory.md.
+ACT_HIDDEN_FACTOR = 6
+ACT_INTERMEDIATE_FACTOR = 4
+ACT_KV_FACTOR = 2
+LOSS_CHUNKS = 8  # fused/chunked cross-entropy keeps one fp32 chunk of the logits
+WORKSPACE_GIB = 0.25  # BLAS workspaces and allocator slack
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    hidden: int
+    intermediate: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    tied: bool
+
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Any]) -> ModelShape:
+        heads = int(cfg["num_attention_heads"])
+        hidden = int(cfg["hidden_size"])
+        return cls(
+            hidden=hidden,
+            intermediate=int(cfg["intermediate_size"]),
+            layers=int(cfg["num_hidden_layers"]),
+            heads=heads,
+            kv_heads=int(cfg.get("num_key_value_heads") or heads),
+            head_dim=int(cfg.get("head_dim") or hidden // heads),
+            vocab=int(cfg["vocab_size"]),
+            tied=bool(cfg.get("tie_word_embeddings", False)),
+        )
+
+    @property
+    def q_width(self) -> int:
+        return self.heads * self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        return self.kv_heads * self.head_dim
+
+    def linear_shapes(self) -> dict[str, tuple[int, int]]:
+        """(in, out) of each decoder-layer linear: what LoRA targets."""
+        h, i = self.hidden, self.intermediate
+        return {
+            "q_proj": (h, self.q_width),
+            "k_proj": (h, self.kv_width),
+            "v_proj": (h, self.kv_width),
+            "o_proj": (self.q_width, h),
+            "gate_proj": (h, i),
+            "up_proj": (h, i),
+            "down_proj": (i, h),
+        }
+
+    def layer_linear_params(self) -> int:
+        return sum(a * b for a, b in self.linear_shapes().values())
+
+    def embedding_params(self) -> int:
+        return self.vocab * self.hidden * (1 if self.tied else 2)
+
+    def norm_params(self, qk_norm: bool) -> int:
+        per_layer = 2 * self.hidden + (2 * self.head_dim if qk_norm else 0)
+        return self.layers * per_layer + self.hidden
+
+    def parameter_count(self, qk_norm: bool = False) -> int:
+        return self.layers * self.layer_linear_params() + self.embedding_params() + self.norm_params(qk_norm)
+
+
+def shape_and_count(cfg: Mapping[str, Any]) -> tuple[ModelShape, int]:
+    shape = ModelShape.from_config(cfg)
+    return shape, shape.parameter_count(qk_norm=cfg.get("model_type") == "qwen3")
+
+
+@lru_cache(maxsize=1)
+def shipped_models() -> dict[str, dict[str, Any]]:
+    """hub id -> config, from the small JSON files in llamafactory_rocm/models/."""
+    found: dict[str, dict[str, Any]] = {}
+    for entry in resources.files("llamafactory_rocm.models").iterdir():
+        if entry.name.endswith(".json"):
+            data = json.loads(entry.read_text("utf-8"))
+            for hub_id in data["hub_ids"]:
+                found[hub_id.lower()] = data["config"]
+    return found
+
+
+def model_config_for(name_or_path: str) -> dict[str, Any] | None:
+    """A local folder's config.json, else a shipped config for a known hub id, else None."""
+    local = Path(name_or_path) / "config.json"
+    if local.is_file():
+        return json.loads(local.read_text("utf-8"))
+    return shipped_models().get(name_or_path.lower())
+
+
+@dataclass(frozen=True)
+class TrainingShape:
+    """The parts of a LLaMA-Factory config that decide memory, with LLaMA-Factory's defaults."""
+
+    method: str = "lora"  # lora | freeze | full
+    lora_rank: int = 8
+    lora_targets: tuple[str, ...] = LINEAR_NAMES
+    quantization_bit: int | None = None
+    batch: int = 8  # transformers' per_device_train_batch_size default
+    cutoff_len: int = 2048  # LLaMA-Factory's default
+    gradient_checkpointing: bool = True  # LLaMA-Factory enables it unless disable_gradient_checkpointing
+    fused_loss: bool = False  # enable_liger_kernel (or a chunked loss): logits never fully materialised
+    optimizer_bytes: int = 8  # AdamW: two fp32 states per trainable parameter
+    weight_bytes: int = 2  # bf16/fp16 weights
+    freeze_layers: int = 2
+    zero_stage: int = 0  # DeepSpeed ZeRO stage (FSDP full shard counts as 3)
+    world_size: int = 1
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], world_size: int = 1) -> TrainingShape:
+        targets = str(config.get("lora_target", "all"))
+        names = LINEAR_NAMES if targets == "all" else tuple(t.strip() for t in targets.split(",") if t.strip())
+        optim = str(config.get("optim", "adamw_torch")).lower()
+        bits = config.get("quantization_bit")
+        return cls(
+            method=str(config.get("finetuning_type", "lora")),
+            lora_rank=int(config.get("lora_rank", 8)),
+            lora_targets=names,
+            quantization_bit=int(bits) if bits not in (None, "", "null") else None,
+            batch=int(config.get("per_device_train_batch_size", 8)),
+            cutoff_len=int(config.get("cutoff_len", 2048)),
+            gradient_checkpointing=not bool(config.get("disable_gradient_checkpointing", False)),
+            fused_loss=bool(config.get("enable_liger_kernel", False)),
+            optimizer_bytes=2 if "8bit" in optim else 0 if optim == "sgd" else 8,
+            weight_bytes=4 if not (config.get("bf16") or config.get("fp16") or config.get("pure_bf16")) else 2,
+            freeze_layers=abs(int(config.get("freeze_trainable_layers", 2))),
+            zero_stage=zero_stage_of(config),
+            world_size=max(1, world_size),
+        )
+
+
+def zero_stage_of(config: Mapping[str, Any]) -> int:
+    ds = config.get("deepspeed")
+    if ds:
+        try:
+            return int(json.loads(Path(str(ds)).read_text())["zero_optimization"]["stage"])
+        except (OSError, ValueError, KeyError, TypeError):
+            name = Path(str(ds)).name
+            return 3 if "z3" in name else 2 if "z2" in name else 0
+    fsdp = str(config.get("fsdp", "") or "")
+    return 3 if "full_shard" in fsdp else 0
+
+
+@dataclass(frozen=True)
+class Estimate:
+    parameters: int
+    trainable_parameters: int
+    weights_gib: float
+    trainable_state_gib: float
+    activations_gib: float
+    logits_gib: float
+    workspace_gib: float
+
+    @property
+    def total_gib(self) -> float:
+        return self.weights_gib + self.trainable_state_gib + self.activations_gib + self.logits_gib + self.workspace_gib
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {**asdict(self), "total_gib": round(self.total_gib, 2)}
+
+
+def lora_parameters(shape: ModelShape, rank: int, targets: tuple[str, ...]) -> int:
+    linears = shape.linear_shapes()
+    per_layer = sum(rank * (linears[t][0] + linears[t][1]) for t in targets if t in linears)
+    return shape.layers * per_layer
+
+
+def estimate(shape: ModelShape, parameters: int, train: TrainingShape) -> Estimate:
+    tokens = train.batch * train.cutoff_len
+    linear_total = shape.layers * shape.layer_linear_params()
+    other = parameters - linear_total
+    if train.quantization_bit:  # QLoRA: decoder linears quantised (+~3% for block constants)
+        weights = linear_total * train.quantization_bit / 8 * 1.03 + other * 2
+    else:
+        weights = parameters * train.weight_bytes
+    if train.method == "lora":
+        trainable = lora_parameters(shape, train.lora_rank, train.lora_targets)
+        per_param = 4 + 4 + train.optimizer_bytes  # LLaMA-Factory upcasts trainable params to fp32
+    elif train.method == "freeze":
+        trainable = train.freeze_layers * (shape.layer_linear_params() + 2 * shape.hidden)
+        per_param = 4 + 4 + train.optimizer_bytes
+    else:  # full: bf16 weights are in `weights`; fp32 grads/master/optimizer in LLaMA-Factory's "18x"
+        trainable = parameters
+        per_param = 18 - train.weight_bytes
+    state = trainable * per_param
+    if train.zero_stage >= 3:
+        weights /= train.world_size
+    if train.zero_stage >= 2 or (train.zero_stage == 1 and train.method != "lora"):
+        state /= train.world_size
+    per_token_layer = 2 * (
+        ACT_HIDDEN_FACTOR * shape.hidden + ACT_INTERMEDIATE_FACTOR * shape.intermediate + ACT_KV_FACTOR * shape.kv_width
+    )
+    if train.gradient_checkpointing:  # each layer's input kept, one layer recomputed at a time
+        activations = tokens * (shape.layers * shape.hidden * 2 + per_token_layer)
+    else:
+        activations = tokens * shape.layers * per_token_layer
+    # fused: one fp32 chunk; else bf16 logits, their fp32 upcast in the loss, and its gradient
+    logits = tokens * shape.vocab * (4 / LOSS_CHUNKS if train.fused_loss else 2 + 4 + 4)
+    return Estimate(
+        parameters=parameters,
+        trainable_parameters=trainable,
+        weights_gib=weights / GIB,
+        trainable_state_gib=state / GIB,
+        activations_gib=activations / GIB,
+        logits_gib=logits / GIB,
+        workspace_gib=WORKSPACE_GIB,
+    )
+
+
+def estimate_config(config: Mapping[str, Any], world_size: int = 1) -> Estimate | None:
+    """Estimate for a LLaMA-Factory config, or None when the model's shapes are unknown offline."""
+    model_cfg = model_config_for(str(config.get("model_name_or_path", "")))
+    if model_cfg is None:
+        return None
+    shape, parameters = shape_and_count(model_cfg)
+    return estimate(shape, parameters, TrainingShape.from_config(config, world_size))
+
+
+def largest_fitting_batch(
+    shape: ModelShape, parameters: int, config: Mapping[str, Any], budget_gib: float, world_size: int = 1
+) -> int | None:
+    """The largest per_device_train_batch_size whose estimate fits ``budget_gib`` (None if even 1 does not)."""
+    start = int(config.get("per_device_train_batch_size", 8))
+    for batch in range(start, 0, -1):
+        train = TrainingShape.from_config({**config, "per_device_train_batch_size": batch}, world_size)
+        if estimate(shape, parameters, train).total_gib <= budget_gib:
+            return batch
+    return None

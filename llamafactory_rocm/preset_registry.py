@@ -1,0 +1,44 @@
+"""The built-in presets: an explicit registry of the YAML files shipped in ``presets/``.
+
+Names follow ``{gpu}_{model}_{method}``; the GPU alias maps to its arch through the catalogue.
+``tests/test_presets.py`` keeps this list and the folder identical.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class PresetEntry:
+    name: str
+    gpu: str  # catalogue alias
+    model: str
+    method: str
+    gpus: int = 1
+    description: str = ""
+    companions: tuple[str, ...] = ()  # files the YAML refers to, relative to presets/
+
+    @property
+    def file_name(self) -> str:
+        return f"{self.name}.yaml"
+
+
+PRESETS: tuple[PresetEntry, ...] = (
+    PresetEntry("mi300x_llama3_lora", "mi300x", "llama3-8b", "lora", 1, "Llama-3-8B LoRA, bf16, batch 16 x 4096"),
+    PresetEntry(
+        "mi300x_llama3_lora_8gpu",
+        "mi300x",
+        "llama3-8b",
+        "lora",
+        8,
+        "Llama-3-8B LoRA on 8 GPUs, DeepSpeed ZeRO-2",
+        ("deepspeed/ds_z2_config.json",),
+    ),
+    PresetEntry("mi300x_qwen3_lora", "mi300x", "qwen3-8b", "lora", 1, "Qwen3-8B LoRA, bf16, batch 16 x 4096"),
+    PresetEntry("mi250_llama3_lora", "mi250", "llama3-8b", "lora", 1, "Llama-3-8B LoRA per 64 GB GCD, batch 4 x 4096"),
+    PresetEntry("rx7900xtx_llama3_lora", "rx7900xtx", "llama3-8b", "lora", 1, "8B bf16 LoRA in 24 GB: batch 1 x 2048"),
+    PresetEntry("rx7900xtx_qwen3_lora", "rx7900xtx", "qwen3-8b", "lora", 1, "Qwen3-8B bf16 LoRA in 24 GB"),
+    PresetEntry("rx7800xt_llama3_qlora", "rx7800xt", "llama3-8b", "qlora", 1, "16 GB RDNA3: 4-bit QLoRA"),
+    PresetEntry("w7900_llama3_lora", "w7900", "llama3-8b", "lora", 1, "Llama-3-8B LoRA in 48 GB, batch 4 x 2048"),
+)

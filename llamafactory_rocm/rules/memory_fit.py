@@ -1,0 +1,66 @@
+"""Will the run fit in device memory? Warn above 90% of the smallest device and say what fits."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..findings import Finding, Level
+from ..memory import TrainingShape, estimate, largest_fitting_batch, shape_and_count
+from .base import Context, Step, truthy, unchanged
+
+BUDGET = 0.9
+
+
+def _world_size(ctx: Context, env: Mapping[str, str]) -> int:
+    requested = env.get("NPROC_PER_NODE", "")
+    return int(requested) if requested.isdigit() else max(1, len(ctx.snapshot.devices))
+
+
+def memory_fit(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
+    if ctx.model_config is None or not ctx.snapshot.devices or ctx.snapshot.torch.kind == "cpu":
+        return unchanged(config, env)
+    world = _world_size(ctx, env)
+    shape, parameters = shape_and_count(ctx.model_config)
+    est = estimate(shape, parameters, TrainingShape.from_config(config, world))
+    device_gib = min(d.total_memory_gib for d in ctx.snapshot.devices)
+    budget = BUDGET * device_gib
+    breakdown = (
+        f"weights {est.weights_gib:.1f} + trainable state {est.trainable_state_gib:.1f} + activations "
+        f"{est.activations_gib:.1f} + logits {est.logits_gib:.1f} + workspace {est.workspace_gib:.2f}"
+    )
+    if est.total_gib <= budget:
+        return unchanged(
+            config,
+            env,
+            Finding(
+                code="MEMORY_ESTIMATE",
+                level=Level.INFO,
+                new=round(est.total_gib, 1),
+                message=f"Estimated peak {est.total_gib:.1f} GiB of {device_gib:.1f} GiB per device ({breakdown}).",
+                fix="Nothing to do; docs/memory.md explains the estimate.",
+            ),
+        )
+    batch = largest_fitting_batch(shape, parameters, config, budget, world)
+    current = int(config.get("per_device_train_batch_size", 8))
+    if batch is not None and batch < current:
+        fix = f"Set per_device_train_batch_size: {batch} (raise gradient_accumulation_steps to keep the batch)."
+    elif truthy(config.get("disable_gradient_checkpointing", False)):
+        fix = "Remove disable_gradient_checkpointing (LLaMA-Factory checkpoints by default)."
+    elif not config.get("quantization_bit"):
+        fix = "Use QLoRA (quantization_bit: 4, bitsandbytes >= 0.49) or lower cutoff_len."
+    else:
+        fix = "Lower cutoff_len or use a GPU with more memory."
+    return unchanged(
+        config,
+        env,
+        Finding(
+            code="MEMORY_OVER_BUDGET",
+            level=Level.WARNING,
+            old=round(est.total_gib, 1),
+            new=batch,
+            message=f"Estimated peak {est.total_gib:.1f} GiB exceeds 90% of the {device_gib:.1f} GiB device "
+            f"({breakdown}): expect out-of-memory.",
+            fix=fix,
+        ),
+    )
