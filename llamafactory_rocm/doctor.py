@@ -1,0 +1,160 @@
+"""Is this machine ready to fine-tune? One line per topic: pass / warn / fail, with the fix.
+
+Machine-level verdicts come from the same rules ``check`` runs (on an empty config), so doctor and
+check never disagree; doctor adds the inventory around them (devices, packages, access, RCCL env).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from .catalogue import load_catalogue
+from .findings import Finding, Level
+from .lf_keys import train_keys
+from .rules import Context, resolve
+from .rules.kernels import _flash_attn_gap, version_tuple
+from .snapshot import Snapshot
+
+PASS, WARN, FAIL = "pass", "warn", "fail"
+RCCL_VARS = {  # rocm-facts.md F10 (ROCm workload.rst, MI300X guidance)
+    "NCCL_MIN_NCHANNELS": "112",
+    "TORCH_NCCL_HIGH_PRIORITY": "1",
+    "GPU_MAX_HW_QUEUES": "2",
+    "HIP_FORCE_DEV_KERNARG": "1",
+}
+_LEVEL_TO_STATUS = {Level.ERROR: FAIL, Level.WARNING: WARN, Level.CHANGE: WARN, Level.INFO: PASS}
+
+
+@dataclass(frozen=True)
+class Line:
+    status: str
+    topic: str
+    detail: str
+    fix: str = ""
+    code: str | None = None
+
+    def as_dict(self) -> dict[str, str | None]:
+        return asdict(self)
+
+
+def _from_finding(topic: str, finding: Finding) -> Line:
+    return Line(_LEVEL_TO_STATUS[finding.level], topic, finding.message, finding.fix, finding.code)
+
+
+def torch_lines(snap: Snapshot) -> list[Line]:
+    t = snap.torch
+    if t.kind == "rocm":
+        return [Line(PASS, "torch", f"{t.version}, ROCm build, HIP {t.hip}")]
+    if t.kind == "cuda" and not snap.kfd_targets:
+        return [Line(PASS, "torch", f"{t.version}, CUDA {t.cuda} build (an NVIDIA machine: nothing ROCm to check)")]
+    if t.kind == "cpu" and not snap.kfd_targets:
+        return [
+            Line(
+                WARN,
+                "torch",
+                f"{t.version}, CPU-only build, and no GPU on this machine",
+                "This machine can plan (`check --gpu mi300x`) and run `llamafactory-rocm demo`, not train on a GPU.",
+            )
+        ]
+    return []  # missing torch or a CPU/CUDA wheel on an AMD machine: the rules below say it
+
+
+def device_lines(snap: Snapshot) -> list[Line]:
+    lines = []
+    for d in snap.devices:
+        lines.append(Line(PASS, f"gpu {d.index}", f"{d.name}, {d.arch_name}, {d.total_memory_gib:.1f} GiB"))
+    if snap.is_rocm:
+        lines.append(Line(PASS, "torch archs", ", ".join(snap.torch.base_arch_list) or "-"))
+    if snap.kfd_targets:
+        lines.append(Line(PASS, "kfd targets", ", ".join(snap.kfd_targets)))
+    return lines
+
+
+def access_lines(snap: Snapshot) -> list[Line]:
+    if not (snap.is_rocm or snap.kfd_targets):
+        return []
+    a = snap.access
+    fix = "sudo usermod -aG render,video $USER and log in again; in docker: --device /dev/kfd --device /dev/dri"
+    if not a.kfd_exists:
+        return [Line(FAIL, "/dev/kfd", "missing: the amdgpu kernel driver is not loaded", "Install/load amdgpu-dkms.")]
+    if not (a.kfd_accessible and a.render_nodes_accessible):
+        return [Line(FAIL, "/dev/kfd", f"not accessible (groups: {', '.join(a.user_groups) or '-'})", fix)]
+    return [Line(PASS, "/dev/kfd", f"accessible; render nodes {', '.join(a.render_nodes)}")]
+
+
+def package_lines(snap: Snapshot, ctx: Context) -> list[Line]:
+    if not snap.is_rocm:
+        return []
+    pk = snap.packages
+    lines = []
+    gap = _flash_attn_gap(ctx, snap.env)
+    if not pk.get("flash_attn"):
+        lines.append(Line(PASS, "flash-attn", "not installed: LLaMA-Factory uses SDPA (check rewrites fa2 to sdpa)"))
+    elif gap:
+        lines.append(
+            Line(WARN, "flash-attn", f"{pk['flash_attn']}: {gap}", "Use flash_attn: sdpa.", "FLASH_ATTN_TO_SDPA")
+        )
+    else:
+        lines.append(Line(PASS, "flash-attn", f"{pk['flash_attn']} covers {', '.join(snap.gpu_base_archs)}"))
+    needs = [(a, i.bitsandbytes_min_version if i else None) for a, i in ctx.arch_infos()]
+    bnb = pk.get("bitsandbytes")
+    if not bnb:
+        lines.append(Line(PASS, "bitsandbytes", "not installed: QLoRA unavailable, LoRA is fine"))
+    else:
+        short = [a for a, need in needs if need is None or version_tuple(bnb) < version_tuple(need)]
+        status = WARN if short else PASS
+        fix = "QLoRA needs bitsandbytes >= 0.49 (gfx1102: 0.50) with ROCm kernels for the arch." if short else ""
+        lines.append(
+            Line(
+                status, "bitsandbytes", f"{bnb}" + (f": no QLoRA kernels for {', '.join(short)}" if short else ""), fix
+            )
+        )
+    ds = pk.get("deepspeed")
+    lines.append(
+        Line(
+            PASS,
+            "deepspeed",
+            f"{ds}: its ops JIT-build for PYTORCH_ROCM_ARCH" if ds else "not installed (single-GPU LoRA needs none)",
+        )
+    )
+    return lines
+
+
+def env_lines(snap: Snapshot) -> list[Line]:
+    shown = ("PYTORCH_ROCM_ARCH", "HSA_OVERRIDE_GFX_VERSION", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+    values = ", ".join(f"{k}={snap.env[k]}" for k in shown if k in snap.env)
+    return [Line(PASS, "environment", values or f"{', '.join(shown[:2])} unset")]
+
+
+def rccl_lines(snap: Snapshot) -> list[Line]:
+    if not (snap.is_rocm and len(snap.devices) > 1):
+        return []
+    lines = []
+    for var, value in RCCL_VARS.items():
+        have = snap.env.get(var)
+        if have is None:
+            lines.append(
+                Line(PASS, var, f"unset (AMD's MI300X guidance: {value})", f"export {var}={value} for FSDP/DDP")
+            )
+        else:
+            lines.append(Line(PASS, var, have))
+    return lines
+
+
+def diagnose(snap: Snapshot) -> list[Line]:
+    ctx = Context(snapshot=snap, catalogue=load_catalogue(), known_keys=train_keys())
+    machine = resolve({}, snap.env, ctx)
+    rule_lines = [_from_finding("check", f) for f in machine.findings]
+    return (
+        torch_lines(snap)
+        + device_lines(snap)
+        + env_lines(snap)
+        + rule_lines
+        + access_lines(snap)
+        + package_lines(snap, ctx)
+        + rccl_lines(snap)
+    )
+
+
+def has_fail(lines: list[Line]) -> bool:
+    return any(line.status == FAIL for line in lines)

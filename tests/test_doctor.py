@@ -1,0 +1,82 @@
+"""``doctor`` on recorded machines: what a person sees before renting time on them."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from llamafactory_rocm.doctor import FAIL, PASS, WARN, diagnose, has_fail
+from tests.conftest import SNAPSHOTS, load_snapshot
+
+
+def statuses(name: str) -> dict[str, str]:
+    return {f"{ln.topic}:{ln.code or ''}": ln.status for ln in diagnose(load_snapshot(name))}
+
+
+def codes(name: str, status: str) -> set[str]:
+    return {ln.code for ln in diagnose(load_snapshot(name)) if ln.status == status and ln.code}
+
+
+@pytest.mark.parametrize("name", ["mi300x", "rx7900xtx", "w7900", "mi250x"])
+def test_ready_rocm_machines_have_no_fail(name):
+    lines = diagnose(load_snapshot(name))
+    assert not has_fail(lines), [ln for ln in lines if ln.status == FAIL]
+    assert any(ln.topic == "torch" and "ROCm build" in ln.detail for ln in lines)
+    assert any(ln.topic == "/dev/kfd" and ln.status == PASS for ln in lines)
+
+
+def test_wrong_wheel_fails_with_the_install_fix():
+    assert codes("wrong_wheel_mi300x", FAIL) == {"TORCH_NOT_ROCM"}
+    assert not any("NVIDIA machine" in ln.detail for ln in diagnose(load_snapshot("wrong_wheel_mi300x")))
+
+
+def test_mi50_fails_because_the_wheel_lacks_gfx906():
+    assert "ARCH_NOT_IN_TORCH" in codes("mi50", FAIL)
+
+
+def test_cpu_only_says_so_plainly_and_does_not_fail():
+    lines = diagnose(load_snapshot("cpu_only"))
+    assert not has_fail(lines)
+    (torch_line,) = [ln for ln in lines if ln.topic == "torch"]
+    assert torch_line.status == WARN and "no GPU on this machine" in torch_line.detail
+
+
+def test_cuda_build_is_reported_and_not_judged():
+    lines = diagnose(load_snapshot("cuda_h200"))
+    assert not has_fail(lines) and not [ln for ln in lines if ln.status == WARN]
+
+
+def test_multi_gpu_mi300x_lists_rccl_variables_and_the_rocm_6_allocator_warning():
+    lines = diagnose(load_snapshot("mi300x_8gpu"))
+    assert {"NCCL_MIN_NCHANNELS", "GPU_MAX_HW_QUEUES"} <= {ln.topic for ln in lines}
+    assert "EXPANDABLE_SEGMENTS_OLD_ROCM" in {ln.code for ln in lines if ln.status == WARN}
+
+
+def test_no_render_group_access_fails_with_the_group_fix():
+    snap = load_snapshot("rx7900xtx")
+    snap = snap.model_copy(update={"access": snap.access.model_copy(update={"kfd_accessible": False})})
+    (line,) = [ln for ln in diagnose(snap) if ln.topic == "/dev/kfd"]
+    assert line.status == FAIL and "usermod -aG render,video" in line.fix
+
+
+@pytest.mark.parametrize(("name", "code"), [("mi300x", 0), ("cpu_only", 0), ("wrong_wheel_mi300x", 1)])
+def test_cli_exit_codes_and_json(name, code, tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "llamafactory_rocm.cli.main", "doctor", "--json", "--snapshot", str(SNAPSHOTS / f"{name}.json")],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == code
+    report = json.loads(result.stdout)
+    assert report["ok"] is (code == 0)
+    assert all(ln["status"] in {"pass", "warn", "fail"} for ln in report["lines"])
+
+
+def test_doctor_runs_on_this_machine(tmp_path):
+    out = tmp_path / "me.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "llamafactory_rocm.cli.main", "doctor", "--save-snapshot", str(out)],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode in (0, 1) and "Traceback" not in result.stderr
+    assert "doctor (probe)" in result.stdout and out.is_file()

@@ -1,0 +1,108 @@
+"""The memory estimator: exact parameter counts, monotone in the knobs, calibrated to published figures."""
+
+from __future__ import annotations
+
+import pytest
+
+from llamafactory_rocm.findings import Level
+from llamafactory_rocm.memory import (
+    TrainingShape,
+    estimate,
+    estimate_config,
+    model_config_for,
+    shape_and_count,
+)
+from llamafactory_rocm.prelaunch import check_config
+from llamafactory_rocm.presets import load
+
+LLAMA3 = "meta-llama/Meta-Llama-3-8B-Instruct"
+
+
+def hand_count(h, i, layers, heads, kv, head_dim, vocab, tied, qk_norm=False):
+    attn = h * heads * head_dim + 2 * h * kv * head_dim + heads * head_dim * h
+    mlp = 3 * h * i
+    norms = 2 * h + (2 * head_dim if qk_norm else 0)
+    return layers * (attn + mlp + norms) + vocab * h * (1 if tied else 2) + h
+
+
+def test_llama3_8b_has_8_03_billion_parameters():
+    _, n = shape_and_count(model_config_for(LLAMA3))
+    assert n == hand_count(4096, 14336, 32, 32, 8, 128, 128256, tied=False) == 8_030_261_248
+
+
+def test_qwen3_counts_include_qk_norm_and_tied_embeddings():
+    _, n8 = shape_and_count(model_config_for("Qwen/Qwen3-8B"))
+    assert n8 == hand_count(4096, 12288, 36, 32, 8, 128, 151936, tied=False, qk_norm=True)
+    _, n4 = shape_and_count(model_config_for("Qwen/Qwen3-4B"))
+    assert n4 == hand_count(2560, 9728, 36, 32, 8, 128, 151936, tied=True, qk_norm=True)
+    assert round(n8 / 1e9, 2) == 8.19 and round(n4 / 1e9, 2) == 4.02
+
+
+def test_tiny_model_count_matches_the_real_module(tiny_model):
+    from transformers import AutoModelForCausalLM
+
+    real = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(tiny_model).parameters())
+    _, n = shape_and_count(model_config_for(str(tiny_model)))
+    assert n == real
+
+
+def test_torchtune_llama31_8b_lora_lands_within_10_percent_of_16_2_gib():
+    # torchtune README: batch 2, packed seq 2048, activation checkpointing, rank 8, chunked loss.
+    cfg = {"model_name_or_path": "meta-llama/Llama-3.1-8B", "bf16": True, "lora_rank": 8,
+           "per_device_train_batch_size": 2, "cutoff_len": 2048, "enable_liger_kernel": True}  # fmt: skip
+    assert estimate_config(cfg).total_gib == pytest.approx(16.2, rel=0.10)
+
+
+def test_bf16_weights_alone_are_14_96_gib():
+    est = estimate_config({"model_name_or_path": LLAMA3, "bf16": True})
+    assert est.weights_gib == pytest.approx(14.96, abs=0.01)
+
+
+def test_qlora_4bit_roughly_thirds_the_weights():
+    base = estimate_config({"model_name_or_path": LLAMA3, "bf16": True})
+    q4 = estimate_config({"model_name_or_path": LLAMA3, "bf16": True, "quantization_bit": 4})
+    assert q4.weights_gib < 0.4 * base.weights_gib
+
+
+@pytest.mark.parametrize(
+    ("knob", "values"),
+    [
+        ("per_device_train_batch_size", [1, 2, 4, 8]),
+        ("cutoff_len", [512, 1024, 2048, 4096]),
+        ("lora_rank", [4, 8, 16, 64]),
+    ],
+)
+def test_estimate_grows_with_batch_cutoff_and_rank(knob, values):
+    totals = [estimate_config({"model_name_or_path": LLAMA3, "bf16": True, knob: v}).total_gib for v in values]
+    assert totals == sorted(totals) and len(set(totals)) == len(totals)
+
+
+def test_checkpointing_and_zero3_sharding_lower_the_estimate():
+    shape, n = shape_and_count(model_config_for(LLAMA3))
+    on = estimate(shape, n, TrainingShape(gradient_checkpointing=True)).total_gib
+    off = estimate(shape, n, TrainingShape(gradient_checkpointing=False)).total_gib
+    assert off > on
+    z3 = estimate(shape, n, TrainingShape(method="full", zero_stage=3, world_size=8))
+    plain = estimate(shape, n, TrainingShape(method="full"))
+    assert z3.weights_gib == pytest.approx(plain.weights_gib / 8)
+    assert plain.trainable_state_gib + plain.weights_gib == pytest.approx(18 * n / 2**30, rel=0.01)
+
+
+def test_check_on_rx7900xtx_with_a_batch_that_cannot_fit_suggests_one_that_does():
+    cfg = load("rx7900xtx_llama3_lora", overrides={"per_device_train_batch_size": 8})
+    report = check_config(cfg, gpu="rx7900xtx")
+    (warn,) = [f for f in report.findings if f.code == "MEMORY_OVER_BUDGET"]
+    assert warn.level is Level.WARNING
+    assert warn.new == 1 and "per_device_train_batch_size: 1" in warn.fix
+    fitted = check_config({**cfg, "per_device_train_batch_size": warn.new}, gpu="rx7900xtx")
+    assert "MEMORY_OVER_BUDGET" not in [f.code for f in fitted.findings]
+
+
+def test_when_no_batch_fits_it_points_at_qlora():
+    cfg = load("rx7900xtx_llama3_lora", overrides={"per_device_train_batch_size": 1, "cutoff_len": 8192})
+    (warn,) = [f for f in check_config(cfg, gpu="rx7900xtx").findings if f.code == "MEMORY_OVER_BUDGET"]
+    assert warn.new is None and "quantization_bit: 4" in warn.fix
+
+
+def test_unknown_model_gives_no_estimate():
+    assert estimate_config({"model_name_or_path": "someone/unknown-model"}) is None
