@@ -62,8 +62,9 @@ def test_no_render_group_access_fails_with_the_group_fix():
 
 @pytest.mark.parametrize(("name", "code"), [("mi300x", 0), ("cpu_only", 0), ("wrong_wheel_mi300x", 1)])
 def test_cli_exit_codes_and_json(name, code, tmp_path):
+    snapshot = str(SNAPSHOTS / f"{name}.json")
     result = subprocess.run(
-        [sys.executable, "-m", "llamafactory_rocm.cli.main", "doctor", "--json", "--snapshot", str(SNAPSHOTS / f"{name}.json")],
+        [sys.executable, "-m", "llamafactory_rocm.cli.main", "doctor", "--json", "--snapshot", snapshot],
         capture_output=True, text=True, timeout=120, cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == code
