@@ -1,7 +1,8 @@
-"""Arms the hook inside stock LLaMA-Factory; loaded at interpreter start by ``llamafactory_rocm.pth``.
+"""Arms the hook inside stock LLaMA-Factory.
 
-It runs in every Python process of the environment, so it imports only the standard library and
-does nothing until LLaMA-Factory itself is imported: a meta-path finder waits for two modules.
+``llamafactory_rocm.pth`` runs in every Python process of the environment, so it imports nothing:
+it appends a one-line meta-path finder that ignores every import except ``llamafactory.*``, and
+only then imports this module (``lazy_find_spec``). From here on, two modules are hooked.
 
 - ``llamafactory.train.tuner``: after it executes, ``run_exp`` is wrapped (``hook.wrap_run_exp``).
   Every training entry point goes through it: ``llamafactory-cli train``/``lmf train`` (launcher
@@ -15,14 +16,17 @@ does nothing until LLaMA-Factory itself is imported: a meta-path finder waits fo
 
 from __future__ import annotations
 
-import contextlib
-import importlib
-import importlib.abc
+# Only modules the interpreter has already loaded at start-up: this file runs in every process.
 import importlib.machinery
 import os
 import sys
-import types
-from collections.abc import Callable, Iterator
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing alone costs ~10 ms at start-up
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import ModuleType
+else:
+    ModuleType = type(sys)
 
 SWITCH = "LLAMAFACTORY_ROCM"
 TUNER = "llamafactory.train.tuner"
@@ -39,7 +43,7 @@ def say(message: str) -> None:
         print(f"llamafactory-rocm: {message}", file=sys.stderr, flush=True)
 
 
-class MissingTorchaudio(types.ModuleType):
+class MissingTorchaudio(ModuleType):
     """Stands in for a torchaudio that cannot be imported; fails only when audio is touched."""
 
     def __init__(self, reason: str) -> None:
@@ -60,34 +64,33 @@ class MissingTorchaudio(types.ModuleType):
 _ABSENT = object()
 
 
-@contextlib.contextmanager
-def text_only_llamafactory() -> Iterator[None]:
+class text_only_llamafactory:  # lower case: used like a function, `with text_only_llamafactory():`
     """Import LLaMA-Factory modules here even when torchaudio cannot be imported."""
-    if sys.modules.get("torchaudio") is not None:
-        yield
-        return
-    previous = sys.modules.get("torchaudio", _ABSENT)
-    stand_in = None
-    try:
-        importlib.import_module("torchaudio")
-    except Exception as exc:  # ImportError, or OSError for a CUDA-linked wheel (libc10_cuda.so)
-        for name in [n for n in sys.modules if n.startswith("torchaudio.")]:
-            del sys.modules[name]
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        stand_in = MissingTorchaudio(reason)
-        sys.modules["torchaudio"] = stand_in
-    try:
-        yield
-    finally:
+
+    def __enter__(self) -> None:
+        self._stand_in: MissingTorchaudio | None = None
+        if sys.modules.get("torchaudio") is not None:
+            return
+        self._previous = sys.modules.get("torchaudio", _ABSENT)
+        try:
+            __import__("torchaudio")
+        except Exception as exc:  # ImportError, or OSError for a CUDA-linked wheel (libc10_cuda.so)
+            for name in [n for n in sys.modules if n.startswith("torchaudio.")]:
+                del sys.modules[name]
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            self._stand_in = MissingTorchaudio(reason)
+            sys.modules["torchaudio"] = self._stand_in
+
+    def __exit__(self, *exc_info: object) -> None:
         # Others (transformers' availability checks) must not mistake the stand-in for torchaudio.
-        if stand_in is not None and sys.modules.get("torchaudio") is stand_in:
-            if previous is _ABSENT:
+        if self._stand_in is not None and sys.modules.get("torchaudio") is self._stand_in:
+            if self._previous is _ABSENT:
                 del sys.modules["torchaudio"]
             else:
-                sys.modules["torchaudio"] = previous  # type: ignore[assignment]
+                sys.modules["torchaudio"] = self._previous  # type: ignore[assignment]
 
 
-def _patch_tuner(module: types.ModuleType) -> None:
+def _patch_tuner(module: ModuleType) -> None:
     original = getattr(module, "run_exp", None)
     if getattr(original, "__llamafactory_rocm__", False):
         return
@@ -99,18 +102,20 @@ def _patch_tuner(module: types.ModuleType) -> None:
         say(f"pre-launch check is off for this run ({exc}); set {SWITCH}=0 to silence this line.")
 
 
-class _HookedLoader(importlib.abc.Loader):
-    def __init__(self, inner: importlib.abc.Loader, fullname: str) -> None:
+class _HookedLoader:
+    """Wraps the real loader: runs the module, then patches it (importlib's Loader protocol)."""
+
+    def __init__(self, inner: object, fullname: str) -> None:
         self._inner = inner
         self._fullname = fullname
 
     def __getattr__(self, name: str) -> object:  # get_source, get_code, ... for inspect and tracebacks
         return getattr(self._inner, name)
 
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
         return self._inner.create_module(spec)
 
-    def exec_module(self, module: types.ModuleType) -> None:
+    def exec_module(self, module: ModuleType) -> None:
         if self._fullname == MM_PLUGIN:
             with text_only_llamafactory():
                 self._inner.exec_module(module)
@@ -119,27 +124,37 @@ class _HookedLoader(importlib.abc.Loader):
             _patch_tuner(module)
 
 
-class _Finder(importlib.abc.MetaPathFinder):
+class _Finder:
+    """A meta-path finder (importlib's MetaPathFinder protocol) for the two modules we hook."""
+
     targets = (TUNER, MM_PLUGIN)
 
     def find_spec(
-        self, fullname: str, path: object = None, target: types.ModuleType | None = None
+        self, fullname: str, path: object = None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
         if fullname not in self.targets:
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)  # type: ignore[arg-type]
         if spec is None or spec.loader is None:
             return None
-        spec.loader = _HookedLoader(spec.loader, fullname)
+        spec.loader = _HookedLoader(spec.loader, fullname)  # type: ignore[assignment]
         return spec
+
+
+def lazy_find_spec(fullname: str, path: object = None) -> importlib.machinery.ModuleSpec | None:
+    """Called by the .pth finder for ``llamafactory.*`` imports only."""
+    return _FINDER.find_spec(fullname, path)
+
+
+_FINDER = _Finder()
 
 
 def install(*, force: bool = False, on_installed: Callable[[], None] | None = None) -> bool:
     """Arm the hook (idempotent). ``force`` ignores the off switch (``llamafactory-rocm train``)."""
     if not (force or enabled()):
         return False
-    if not any(isinstance(f, _Finder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _Finder())
+    if _FINDER not in sys.meta_path:
+        sys.meta_path.insert(0, _FINDER)
     if TUNER in sys.modules:  # imported before we were armed
         _patch_tuner(sys.modules[TUNER])
     if on_installed:

@@ -1,0 +1,27 @@
+"""Shared by the benchmarks: timing subprocesses and summarising medians."""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import subprocess
+import time
+from collections.abc import Sequence
+
+
+def machine() -> str:
+    return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def timed(cmd: Sequence[str], env: dict[str, str] | None = None, cwd: str | None = None) -> float:
+    start = time.perf_counter()
+    result = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True)
+    elapsed = time.perf_counter() - start
+    if result.returncode != 0:
+        raise SystemExit(f"benchmark command failed ({result.returncode}): {' '.join(cmd)}\n{result.stderr[-2000:]}")
+    return elapsed
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values)
