@@ -60,15 +60,22 @@ class DivergenceGuard(TrainerCallback):
         self._add_speed_and_memory(state, logs)
 
     def _add_speed_and_memory(self, state: Any, logs: dict[str, Any]) -> None:
+        """Tokens/s since the last log (needs include_num_input_tokens_seen) and peak device memory,
+        added to this step's entry of the log history (trainer_state.json) and to ``logs``."""
+        extra: dict[str, float] = {}
         now = time.perf_counter()
         tokens = getattr(state, "num_input_tokens_seen", 0) or 0
         if self._last_time is not None and tokens > self._last_tokens and now > self._last_time:
-            logs["rocm_tokens_per_s"] = round((tokens - self._last_tokens) / (now - self._last_time), 1)
+            extra["rocm_tokens_per_s"] = round((tokens - self._last_tokens) / (now - self._last_time), 1)
         self._last_time, self._last_tokens = now, tokens
         try:
             import torch
 
             if torch.cuda.is_available():
-                logs["rocm_peak_mem_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
+                extra["rocm_peak_mem_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
         except Exception:  # memory stats are a nicety; never stop training for them
             pass
+        logs.update(extra)
+        history = getattr(state, "log_history", None)
+        if history and history[-1].get("step") == state.global_step:
+            history[-1].update(extra)

@@ -52,10 +52,14 @@ def codes(record: dict, level: str = "change") -> set[str]:
 
 def test_llamafactory_rocm_train_rewrites_the_blog_config_and_trains_in_bf16(tiny_model, tmp_path):
     out = tmp_path / "out"
-    cfg = write_config(tmp_path / "blog.yaml", tiny_train_config(tiny_model, out, **BLOG_KEYS))
+    config = tiny_train_config(tiny_model, out, include_num_input_tokens_seen=True, **BLOG_KEYS)
+    cfg = write_config(tmp_path / "blog.yaml", config)
     result = run_cli(["train", str(cfg)], tmp_path, offline_env(tmp_path))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert_trained_in_bf16_and_learned(out)
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    speeds = [e["rocm_tokens_per_s"] for e in history if "rocm_tokens_per_s" in e]
+    assert len(speeds) >= 5 and all(s > 0 for s in speeds)  # the guard logs speed at every logging step
     record = latest_record(out)
     assert record["origin"] == "llamafactory-rocm train"
     assert {"COMPUTE_DTYPE_REWRITTEN", "BACKEND_DROPPED", "PRECISION_CPU_USE_CPU"} <= codes(record)
