@@ -42,7 +42,7 @@ def demo_config(model_dir: Path, output_dir: Path, max_steps: int = 60) -> dict:
         "max_samples": 240,
         "cutoff_len": 256,
         "per_device_train_batch_size": 4,
-        "learning_rate": 5.0e-3,
+        "learning_rate": 1.0e-2,
         "max_steps": max_steps,
         "logging_steps": 10,
         "save_steps": max_steps,

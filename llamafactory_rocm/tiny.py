@@ -11,7 +11,8 @@ import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-# llama3 template's special tokens plus a pad token.
+# The llama3 and qwen3 templates' special tokens, plus a pad token: a template whose tokens are
+# missing would add them to the tokenizer and index past the tiny embedding.
 SPECIAL_TOKENS = [
     "<|begin_of_text|>",
     "<|start_header_id|>",
@@ -19,6 +20,11 @@ SPECIAL_TOKENS = [
     "<|eot_id|>",
     "<|end_of_text|>",
     "<|pad|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|endoftext|>",
+    "<think>",
+    "</think>",
 ]
 
 

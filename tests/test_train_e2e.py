@@ -43,7 +43,7 @@ def assert_trained_in_bf16_and_learned(output_dir: Path) -> None:
     assert trained_precision(output_dir) == (True, False)
     curve = losses(output_dir)
     assert len(curve) >= 10
-    assert curve[-1] < 0.8 * curve[0], curve
+    assert sum(curve[-3:]) / 3 < curve[0] - 0.5, curve  # the loss falls
 
 
 def codes(record: dict, level: str = "change") -> set[str]:
