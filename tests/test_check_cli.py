@@ -110,9 +110,13 @@ def test_plan_for_mi300x_on_a_laptop_shows_the_rewrites_as_a_diff(workdir):
 
 
 def test_json_output_shape(workdir):
-    result = check(["good.yaml", "learning_rate=2e-4", "--json", "--gpu", "rx7900xtx"], workdir)
+    result = check(["good.yaml", "--json", "--gpu", "rx7900xtx", "learning_rate=2e-4"], workdir)
     report = json.loads(result.stdout)
     assert set(report) >= {"ok", "findings", "config"}
     assert all(set(f) == {"code", "level", "message", "fix"} for f in report["findings"])
     assert report["config"]["learning_rate"] == 2e-4
     assert report["config"]["bf16"] is True
+
+
+def test_a_stray_flag_is_a_usage_error(workdir):
+    assert_one_line_usage_error(check(["good.yaml", "--gpus", "8"], workdir), "unrecognized arguments")

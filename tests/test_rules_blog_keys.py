@@ -61,3 +61,10 @@ def test_real_keys_pass_untouched():
     config = {"stage": "sft", "lora_rank": 8, "bf16": True, "flash_attn": "sdpa"}
     step = blog_keys.refuse_unknown_keys(config, {}, make_ctx("mi300x"))
     assert step.config == config and step.findings == []
+
+
+def test_an_untranslatable_compute_dtype_is_reported_once():
+    from llamafactory_rocm.rules import resolve
+
+    result = resolve({"compute_dtype": "int3", "stage": "sft"}, {}, make_ctx("mi300x"))
+    assert [f.code for f in result.findings if f.level is Level.ERROR] == ["COMPUTE_DTYPE_UNKNOWN"]

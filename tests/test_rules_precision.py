@@ -63,3 +63,9 @@ def test_pure_bf16_is_dropped_only_where_bf16_is_not_real():
 def test_string_booleans_from_dict_users_count():
     step = precision.prefer_bf16({"fp16": "true"}, {}, make_ctx("mi300x"))
     assert step.config["bf16"] is True
+
+
+@pytest.mark.parametrize(("name", "cited"), [("mi250x", "pytorch#182952"), ("rx7900xtx", "jax-ml/jax#21187")])
+def test_the_rewrite_cites_the_failure_recorded_for_that_arch(name, cited):
+    (finding,) = precision.prefer_bf16({"fp16": True}, {}, make_ctx(name)).findings
+    assert cited in finding.message

@@ -32,7 +32,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    # `check cfg.yaml --gpu mi300x lr=1e-4`: key=value after an option is still an override.
+    overrides = [a for a in extra if "=" in a and not a.startswith("-")]
+    if overrides and hasattr(args, "overrides"):
+        args.overrides = [*args.overrides, *overrides]
+        extra = [a for a in extra if a not in overrides]
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return int(args.run(args) or 0)
     except UsageError as err:

@@ -123,8 +123,12 @@ def closest_key(key: str, known: frozenset[str]) -> str | None:
     return close[0] if close else None
 
 
+# Reported by their own rules above when their value cannot be translated: not twice.
+_TRANSLATED = frozenset({"compute_dtype", "backend"})
+
+
 def refuse_unknown_keys(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
-    unknown = sorted(k for k in config if k not in ctx.known_keys)
+    unknown = sorted(k for k in config if k not in ctx.known_keys and k not in _TRANSLATED)
     if not unknown:
         return unchanged(config, env)
     # With ALLOW_EXTRA_ARGS=1 LLaMA-Factory ignores them silently: still worth a warning.

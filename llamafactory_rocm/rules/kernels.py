@@ -84,8 +84,12 @@ def flash_attn_where_supported(config: Mapping[str, Any], env: Mapping[str, str]
                 old=config["flash_attn"],
                 new="sdpa",
                 message=f"flash_attn: fa2 cannot run here: {gap} (LLaMA-Factory only checks that the package imports).",
-                fix="Rewrote to flash_attn: sdpa, the safe default on ROCm (and often faster there, "
-                "hiyouga/LLaMA-Factory#8793).",
+                fix="Rewrote to flash_attn: sdpa"
+                + (
+                    ", the safe default on ROCm (and often faster there, hiyouga/LLaMA-Factory#8793)."
+                    if ctx.rocm
+                    else ", which PyTorch runs on the CPU."
+                ),
             )
         ],
     )

@@ -34,6 +34,15 @@ def _bf16_verdict(ctx: Context) -> tuple[str, str]:
     return worst, why
 
 
+def fp16_risk(archs: list[str]) -> str:
+    """The recorded fp16 failure for these archs (rocm-facts.md F5)."""
+    if "gfx90a" in archs:
+        return "diverges silently on gfx90a (denormal flush; hipBLASLt skips the fp16 backward fix, pytorch#182952)"
+    if any(a.startswith("gfx11") for a in archs):
+        return "gives NaN losses on RDNA3 (jax-ml/jax#21187)"
+    return "overflows to NaN where the loss scale cannot keep up"
+
+
 def prefer_bf16(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     if not truthy(config.get("fp16", False)):
         return unchanged(config, env)
@@ -59,6 +68,7 @@ def prefer_bf16(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context)
     verdict, why = _bf16_verdict(ctx)
     if verdict == "real":
         new = {**config, "fp16": False, "bf16": True}
+        archs = ctx.snapshot.gpu_base_archs
         return Step(
             new,
             dict(env),
@@ -69,8 +79,8 @@ def prefer_bf16(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context)
                     key="fp16",
                     old={"fp16": config.get("fp16"), "bf16": config.get("bf16")},
                     new={"fp16": False, "bf16": True},
-                    message="fp16 training on ROCm goes NaN or diverges silently (gfx90a denormal flush, "
-                    "pytorch#182952) where bf16, which this GPU runs on its matrix units, converges.",
+                    message=f"fp16 training on ROCm {fp16_risk(archs)}, while bf16, which "
+                    f"{'/'.join(archs)} runs on its matrix units, converges.",
                     fix="Rewrote to bf16: true, fp16: false.",
                 )
             ],
