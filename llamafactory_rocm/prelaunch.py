@@ -14,7 +14,7 @@ from typing import Any
 
 from .catalogue import Catalogue, base_arch, load_catalogue
 from .errors import UsageError
-from .findings import Finding
+from .findings import Finding, Level
 from .lf_keys import train_keys
 from .memory import model_config_for
 from .probe import relevant_env
@@ -124,6 +124,30 @@ def existing_outputs(output_dir: str | Path) -> tuple[str, ...]:
     return tuple(names)
 
 
+def resolve_deepspeed_path(
+    config: Mapping[str, Any], config_path: str | Path | None, cwd: Path
+) -> tuple[dict[str, Any], list[Finding]]:
+    """A relative ``deepspeed:`` file that is not under the working directory but beside the config
+    (presets ship theirs in presets/deepspeed/) is made absolute, so the run works from anywhere."""
+    ds = config.get("deepspeed")
+    if not ds or config_path is None or Path(str(ds)).is_absolute() or (cwd / str(ds)).is_file():
+        return dict(config), []
+    beside = (Path(config_path).resolve().parent / str(ds)).resolve()
+    if not beside.is_file():
+        return dict(config), []
+    return {**config, "deepspeed": str(beside)}, [
+        Finding(
+            code="DEEPSPEED_PATH_RESOLVED",
+            level=Level.CHANGE,
+            key="deepspeed",
+            old=ds,
+            new=str(beside),
+            message=f"deepspeed: {ds} is not under the working directory {cwd}, but is beside the config.",
+            fix=f"Using {beside}.",
+        )
+    ]
+
+
 def check_config(
     config: Mapping[str, Any],
     *,
@@ -144,6 +168,8 @@ def check_config(
 
         snapshot = take_snapshot()
     env = dict(snapshot.env if env is None else env)
+    input_config = dict(config)
+    config, path_findings = resolve_deepspeed_path(config, config_path, Path.cwd())
     if target is not None and not snapshot.devices and not snapshot.kfd_targets and plan_without_gpu:
         snapshot = planned_snapshot(target, env, catalogue)
     ctx = Context(
@@ -153,11 +179,11 @@ def check_config(
         target=target,
         existing_outputs=existing_outputs(config.get("output_dir", "trainer_output")),
         model_config=model_config_for(str(config.get("model_name_or_path", ""))),
-        extra_findings=tuple(extra_findings),
+        extra_findings=(*extra_findings, *path_findings),
     )
     resolution = resolve(config, env, ctx)
     return Report(
-        input_config=dict(config),
+        input_config=input_config,
         resolution=resolution,
         snapshot=snapshot,
         target=target,

@@ -193,3 +193,14 @@ def test_preset_scaled_down_trains_through_the_real_trainer(name, tiny_model, tm
     assert state["global_step"] == 3
     record = latest_record(out)
     assert "TARGET_ABSENT" in {f["code"] for f in record["findings"]}
+
+
+def test_deepspeed_file_beside_the_preset_is_found_from_any_working_directory(tmp_path, monkeypatch):
+    from llamafactory_rocm.prelaunch import check_config
+
+    monkeypatch.chdir(tmp_path)
+    report = check_config(presets.raw("mi300x_llama3_lora_8gpu"), gpu="mi300x",
+                          config_path=presets.path("mi300x_llama3_lora_8gpu"))  # fmt: skip
+    assert "DEEPSPEED_PATH_RESOLVED" in [f.code for f in report.findings]
+    assert Path(report.config["deepspeed"]).is_file()
+    assert report.input_config["deepspeed"] == "deepspeed/ds_z2_config.json"
