@@ -21,6 +21,8 @@ from ._startup import say
 from .errors import EXIT_FINDINGS
 
 CHECKED_ENV = "LLAMAFACTORY_ROCM_CHECKED"
+# The LLaMA-Factory releases the test-suite runs against (README, "Tested range").
+TESTED_LLAMAFACTORY = ("0.9.5",)
 
 
 def config_digest(config: dict[str, Any]) -> str:
@@ -41,6 +43,11 @@ def wrap_run_exp(original: Callable[..., Any]) -> Callable[..., Any]:
     params = list(inspect.signature(original).parameters)
     if params[:2] != ["args", "callbacks"]:
         raise RuntimeError(f"run_exp{inspect.signature(original)} is not run_exp(args, callbacks)")
+    from .lf_keys import installed_llamafactory_version
+
+    version = installed_llamafactory_version()
+    if version not in TESTED_LLAMAFACTORY:
+        say(f"llamafactory {version} is outside the tested range ({', '.join(TESTED_LLAMAFACTORY)}); checking anyway.")
 
     @functools.wraps(original)
     def run_exp(args: dict[str, Any] | None = None, callbacks: list[Any] | None = None) -> Any:

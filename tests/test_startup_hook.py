@@ -94,3 +94,22 @@ def test_a_failing_check_never_blocks_training(monkeypatch, capsys):
     hook.wrap_run_exp(run_exp)({"stage": "sft"}, None)
     assert seen == [({"stage": "sft"}, None)]
     assert "pre-launch check skipped (RuntimeError: boom)" in capsys.readouterr().err
+
+
+def test_an_untested_llamafactory_release_is_named_in_one_line(monkeypatch, capsys):
+    from llamafactory_rocm import hook, lf_keys
+
+    monkeypatch.setattr(lf_keys, "installed_llamafactory_version", lambda: "0.9.9")
+    hook.wrap_run_exp(lambda args=None, callbacks=None: None)
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "0.9.9 is outside the tested range (0.9.5)" in line
+
+
+def test_the_tested_release_is_the_installed_one():
+    from llamafactory_rocm.hook import TESTED_LLAMAFACTORY
+    from llamafactory_rocm.lf_keys import installed_llamafactory_version, live_train_keys, shipped_train_keys
+
+    assert installed_llamafactory_version() in TESTED_LLAMAFACTORY
+    version, keys = shipped_train_keys()
+    assert version == installed_llamafactory_version()
+    assert keys == live_train_keys()  # the shipped key list is LLaMA-Factory's real one

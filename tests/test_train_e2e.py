@@ -194,3 +194,14 @@ def test_text_training_works_where_torchaudio_is_broken(tiny_model, tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert (out / "adapter_model.safetensors").is_file()
+
+
+@pytest.mark.parametrize(("dataset", "template"), [("amd_finetune_chat", "llama3"), ("my_custom_data", "llama3")])
+def test_each_bundled_dataset_trains(dataset, template, tiny_model, tmp_path):
+    out = tmp_path / "out"
+    config = tiny_train_config(tiny_model, out, dataset=dataset, template=template, max_steps=4, bf16=True)
+    cfg = write_config(tmp_path / "c.yaml", config)
+    result = run_cli(["train", str(cfg)], tmp_path, offline_env(tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (out / "adapter_model.safetensors").is_file()
+    assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 4
