@@ -19,10 +19,12 @@ _LAZY = {
     "take_snapshot": ("llamafactory_rocm.probe", "take_snapshot"),
     "load_catalogue": ("llamafactory_rocm.catalogue", "load_catalogue"),
 }
-__all__ = ["__version__", *sorted(_LAZY)]
+__all__ = ["__version__", "presets", *sorted(_LAZY)]
 
 
 def __getattr__(name: str) -> object:
+    if name == "presets":
+        return importlib.import_module("llamafactory_rocm.presets")
     if name in _LAZY:
         module, attr = _LAZY[name]
         return getattr(importlib.import_module(module), attr)
