@@ -10,15 +10,16 @@ from ..errors import EXIT_FINDINGS, EXIT_OK
 from ..prelaunch import check_config
 from ..render import report_text
 from ..snapshot import Snapshot
+from ._args import add_config_arguments
 
 
 def register(subs: argparse._SubParsersAction) -> None:
     p = subs.add_parser("check", help="dry run: findings and the resolved config, nothing launched")
-    p.add_argument("config", help="LLaMA-Factory YAML/JSON config")
-    p.add_argument("overrides", nargs="*", metavar="key=value")
-    target = p.add_mutually_exclusive_group()
-    target.add_argument("--gpu", help="check for this GPU (e.g. mi300x, rx7900xtx) instead of the one here")
-    target.add_argument("--arch", help="check for this arch (e.g. gfx942)")
+    add_config_arguments(
+        p,
+        gpu_help="check for this GPU (e.g. mi300x, rx7900xtx) instead of the one here",
+        arch_help="check for this arch (e.g. gfx942)",
+    )
     p.add_argument("--snapshot", help="check against a recorded machine snapshot (JSON) instead of this one")
     p.add_argument("--json", action="store_true", help="print {ok, findings, config} as JSON")
     p.set_defaults(run=run)
