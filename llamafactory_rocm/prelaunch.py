@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .catalogue import Catalogue, base_arch, load_catalogue
+from .dataset_check import config_dataset_findings
 from .errors import UsageError
 from .findings import Finding, Level
 from .lf_keys import train_keys
@@ -170,6 +171,9 @@ def check_config(
     env = dict(snapshot.env if env is None else env)
     input_config = dict(config)
     config, path_findings = resolve_deepspeed_path(config, config_path, Path.cwd())
+    # Datasets are checked here, before any model is loaded: a broken row fails now, not on the GPU.
+    config, dataset_findings = config_dataset_findings(config, Path.cwd())
+    path_findings += dataset_findings
     if target is not None and not snapshot.devices and not snapshot.kfd_targets and plan_without_gpu:
         snapshot = planned_snapshot(target, env, catalogue)
     ctx = Context(

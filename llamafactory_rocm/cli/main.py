@@ -7,9 +7,9 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import EXIT_USAGE, UsageError
-from . import check_cmd, demo_cmd, doctor_cmd, presets_cmd, train_cmd
+from . import check_cmd, datasets_cmd, demo_cmd, doctor_cmd, presets_cmd, train_cmd
 
-SUBCOMMANDS = (check_cmd, train_cmd, presets_cmd, doctor_cmd, demo_cmd)
+SUBCOMMANDS = (check_cmd, train_cmd, presets_cmd, datasets_cmd, doctor_cmd, demo_cmd)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -1,0 +1,692 @@
+"""Dataset definitions: validate dataset_info.json entries and their data files, register new ones,
+and the dataset part of the pre-launch check.
+
+LLaMA-Factory finds a bad dataset late: after the model has loaded, as a KeyError, a pyarrow error
+or rows dropped with a warning. Here every row is checked the way its converter will read it, in
+one streaming pass (bounded memory, line numbers for every defect), before anything is launched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from array import array
+from collections.abc import Callable, Mapping
+from contextlib import closing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .dataset_entry import (
+    COLUMN_KEYS,
+    DATASET_ATTR_KEYS,
+    FORMATTINGS,
+    TAG_KEYS,
+    closest,
+    entry_problems,
+    resolve_mapping,
+    source_of,
+)
+from .dataset_parallel import MIN_PARALLEL_BYTES, can_fork, default_jobs, is_json_lines, scan_parallel
+from .dataset_rows import RowRules, make_rules, role_content_tags
+from .dataset_scan import ScanError, ScanStats, iter_rows
+from .errors import UsageError
+from .findings import Finding, Level
+from .fsutil import atomic_write_text, first_free_name
+from .resources import datasets_dir
+
+__all__ = [
+    "COLUMN_KEYS",
+    "DATASET_ATTR_KEYS",
+    "TAG_KEYS",
+    "BadRow",
+    "DatasetReport",
+    "Registration",
+    "add_dataset",
+    "config_dataset_findings",
+    "load_dataset_info",
+    "register_dataset",
+    "validate_dataset",
+    "validate_entry",
+]
+
+INFO_FILE = "dataset_info.json"  # llamafactory.extras.constants.DATA_CONFIG
+CHECKED_SUFFIXES = (".json", ".jsonl")
+LOADABLE_SUFFIXES = (".arrow", ".csv", ".json", ".jsonl", ".parquet", ".txt")  # FILEEXT2TYPE
+PROGRESS_MIN_BYTES = 50 << 20
+DEFAULT_MAX_ERRORS = 20
+_TOKEN_BATCH = 512
+
+
+@dataclass(frozen=True)
+class BadRow:
+    line: int
+    reason: str
+    file: str | None = None  # set when the dataset is a folder of files
+
+    def text(self) -> str:
+        where = f"{self.file}:{self.line}" if self.file else f"line {self.line}"
+        return f"{where}: {self.reason}"
+
+
+@dataclass
+class DatasetReport:
+    """What ``validate_dataset`` found. ``ok`` means LLaMA-Factory will read every row as meant."""
+
+    name: str | None
+    source: str
+    formatting: str
+    files: list[str] = field(default_factory=list)
+    layout: str | None = None
+    rows: int = 0
+    bad_rows: list[BadRow] = field(default_factory=list)  # the first max_errors, in line order
+    bad_row_count: int = 0
+    errors: list[str] = field(default_factory=list)  # the entry or the file as a whole
+    warnings: list[str] = field(default_factory=list)
+    missing_columns: dict[str, str] = field(default_factory=dict)  # data column -> columns key
+    remote: bool = False  # no local file_name (a hub, a cloud file, a script): not checked
+    tokens: dict[str, int] | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors and self.bad_row_count == 0
+
+    @property
+    def label(self) -> str:
+        return self.name or self.source
+
+    def first_problem(self) -> str | None:
+        if self.errors:
+            return self.errors[0]
+        return self.bad_rows[0].text() if self.bad_rows else None
+
+    def summary(self) -> str:
+        """One line: rows, bad rows, and the first problem."""
+        counts = f"{self.rows} rows" + (f", {self.bad_row_count} bad" if self.bad_row_count else "")
+        if self.remote:
+            return f"{self.label}: {self.source} is not a local file, not checked"
+        first = self.first_problem()
+        return f"{self.label}: {counts}" + (f"; first: {first}" if first else "")
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "source": self.source,
+            "formatting": self.formatting,
+            "files": self.files,
+            "layout": self.layout,
+            "ok": self.ok,
+            "rows": self.rows,
+            "bad_row_count": self.bad_row_count,
+            "bad_rows": [{"line": b.line, "reason": b.reason, "file": b.file} for b in self.bad_rows],
+            "errors": self.errors,
+            "warnings": self.warnings,
+            "remote": self.remote,
+            "tokens": self.tokens,
+        }
+
+
+# -- dataset_info.json ----------------------------------------------------------------------------
+
+
+def load_dataset_info(dataset_dir: Path) -> dict[str, Any] | None:
+    """The parsed dataset_info.json of a folder; None when it has none; UsageError when unreadable."""
+    path = Path(dataset_dir) / INFO_FILE
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as err:
+        raise UsageError(f"cannot read {path}: {_reason(err)}") from None
+    try:
+        info = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise UsageError(f"{path} is not valid JSON: {err.msg} at line {err.lineno}. Fix it first.") from None
+    if not isinstance(info, dict):
+        raise UsageError(f"{path} must hold a JSON object of dataset names, not a list or value.")
+    return info
+
+
+def _reason(err: BaseException) -> str:
+    return getattr(err, "strerror", None) or str(err).splitlines()[0]
+
+
+# -- validation -----------------------------------------------------------------------------------
+
+
+def validate_dataset(
+    name_or_file: str | Path,
+    dataset_dir: str | Path | None = None,
+    *,
+    formatting: str | None = None,
+    tokenizer: str | Path | None = None,
+    max_errors: int = DEFAULT_MAX_ERRORS,
+    progress: bool | None = None,
+    jobs: int = 1,
+) -> DatasetReport:
+    """Check a dataset named in ``dataset_dir/dataset_info.json`` (default: the bundled folder), or a
+    .json/.jsonl file directly (alpaca columns unless ``formatting`` says otherwise).
+
+    ``jobs`` > 1 (0: one per core) scans a big JSON-lines file in forked worker processes: for a
+    command-line process, not for one that may hold threads, such as a training process.
+    """
+    if formatting is not None and formatting not in FORMATTINGS:
+        raise UsageError(f"formatting {formatting!r} is not one of {', '.join(FORMATTINGS)}.")
+    options = _ScanOptions(max_errors, _token_counter(tokenizer), progress, jobs or default_jobs())
+    if _is_file_argument(name_or_file):
+        path = Path(name_or_file)
+        if not path.is_file():
+            raise UsageError(f"{path} not found.")
+        entry = {"file_name": str(path.resolve()), "formatting": formatting or "alpaca"}
+        return validate_entry(None, entry, path.parent, options=options)
+    folder = Path(dataset_dir) if dataset_dir is not None else datasets_dir()
+    info = load_dataset_info(folder)
+    if info is None:
+        raise UsageError(f"{folder} has no {INFO_FILE}.")
+    name = str(name_or_file)
+    if name not in info:
+        raise UsageError(f"no dataset {name!r} in {folder / INFO_FILE}{_closest_names(name, info)}.")
+    entry = dict(info[name]) if isinstance(info[name], dict) else info[name]
+    if formatting is not None and isinstance(entry, dict):
+        entry["formatting"] = formatting
+    return validate_entry(name, entry, folder, options=options)
+
+
+@dataclass(frozen=True)
+class _ScanOptions:
+    max_errors: int = DEFAULT_MAX_ERRORS
+    tokens: _TokenCounter | None = None
+    progress: bool | None = None
+    jobs: int = 1  # worker processes for a big JSON-lines file (0: one per core, up to 8)
+
+
+def validate_entry(
+    name: str | None, entry: Any, dataset_dir: Path, *, options: _ScanOptions | None = None
+) -> DatasetReport:
+    """Check one dataset_info.json entry and, for a local file_name, every row of its data."""
+    options = options or _ScanOptions()
+    checked = entry_problems(entry)
+    if not isinstance(entry, dict):
+        return DatasetReport(name, "?", "?", errors=checked.errors)
+    mapping = resolve_mapping(entry)
+    source = source_of(entry)
+    report = DatasetReport(
+        name,
+        source="?" if source is None else str(source[1]),
+        formatting=mapping.formatting,
+        errors=list(checked.errors),
+        warnings=list(checked.warnings),
+    )
+    if source is None or mapping.formatting not in FORMATTINGS:
+        return report
+    key, value = source
+    if key != "file_name":  # a hub, a cloud file or a loading script: nothing to read offline
+        report.remote = True
+        report.warnings.append(f"{key} datasets are not checked here (only local file_name data is)")
+        return report
+    if not isinstance(value, str) or not value.strip():
+        return report
+    _check_local(report, Path(dataset_dir) / value, make_rules(mapping), options)
+    return report
+
+
+def _check_local(report: DatasetReport, path: Path, rules: RowRules, options: _ScanOptions) -> None:
+    """A file, or a folder of files as LLaMA-Factory takes them (every entry of os.listdir)."""
+    if path.is_dir():
+        files = sorted(path / name for name in os.listdir(path))
+        labelled = True
+    elif path.is_file():
+        files, labelled = [path], False
+    else:
+        report.errors.append(f"file not found: {path} (file_name is taken relative to dataset_dir)")
+        return
+    if not files:
+        report.errors.append(f"the folder {path} is empty")
+        return
+    suffixes = {f.suffix.lower().replace(".jsonl", ".json") for f in files}
+    if len(suffixes) > 1:
+        report.errors.append(f"{path} mixes file types ({', '.join(sorted(suffixes))}): LLaMA-Factory needs one")
+    report.files = [str(f) for f in files]
+    good = sum(_check_file(report, file, rules, options, file.name if labelled else None) for file in files)
+    if good:  # with no good row at all, a column never seen is a symptom of the bad rows, not news
+        for column, key in rules.unseen.items():
+            report.missing_columns[column] = key
+            report.errors.append(missing_column_error(column, key))
+    if options.tokens is not None:
+        report.tokens = options.tokens.percentiles()
+
+
+def missing_column_error(column: str, key: str) -> str:
+    return (
+        f"column '{column}' (columns.{key}) is in no row: LLaMA-Factory reads it on every row and stops "
+        f"with KeyError: '{column}'. Add it to the rows, or map the columns explicitly without {key}"
+    )
+
+
+def _check_file(report: DatasetReport, path: Path, rules: RowRules, options: _ScanOptions, label: str | None) -> int:
+    """Scan one file into the report; returns its number of good rows."""
+    suffix = path.suffix.lower()
+    if suffix not in LOADABLE_SUFFIXES:
+        report.errors.append(f"{path.name}: LLaMA-Factory loads only {', '.join(LOADABLE_SUFFIXES)} files")
+        return 0
+    if suffix not in CHECKED_SUFFIXES:
+        report.warnings.append(f"{path.name}: only JSON and JSON-lines rows are checked, not {suffix}")
+        return 0
+    try:
+        size = path.stat().st_size
+        with _ProgressBar(path, size, options.progress) as on_bytes:
+            if _parallel(path, size, options):
+                return _scan_rows_parallel(report, path, rules, options, label, on_bytes)
+            return _scan_rows(report, path, rules, options, label, on_bytes)
+    except OSError as err:
+        report.errors.append(f"cannot read {path}: {_reason(err)}")
+        return 0
+
+
+def _scan_rows(
+    report: DatasetReport,
+    path: Path,
+    rules: RowRules,
+    options: _ScanOptions,
+    label: str | None,
+    on_bytes: Callable[[int], None] | None,
+) -> int:
+    """The hot loop: one check per row; bad rows past max_errors are only counted. Returns good rows."""
+    stats = ScanStats()
+    check, text, tokens = rules.check, rules.text, options.tokens
+    good = bad_rows = not_rows = 0
+    bad = report.bad_rows
+    for line, value in iter_rows(path, stats, on_bytes=on_bytes):
+        reason = check(value)
+        if reason is None:
+            good += 1
+            if tokens is not None:
+                tokens.add(text(value))
+            continue
+        bad_rows += 1
+        if type(value) is ScanError and not value.is_row:
+            not_rows += 1  # a file-level defect or bad bytes on a line, not a row of its own
+        if len(bad) < options.max_errors:
+            bad.append(BadRow(line, reason, label))
+    report.rows += good + bad_rows - not_rows
+    report.bad_row_count += bad_rows
+    report.layout = report.layout or stats.layout
+    if stats.empty:
+        report.errors.append(f"{path.name} is empty: there are no rows")
+    elif good + bad_rows - not_rows == 0 and not bad_rows:
+        report.errors.append(f"{path.name} holds no rows")
+    return good
+
+
+def _parallel(path: Path, size: int, options: _ScanOptions) -> bool:
+    return (
+        options.jobs > 1
+        and options.tokens is None  # a tokenizer holds threads: no fork under it
+        and size >= MIN_PARALLEL_BYTES
+        and can_fork()
+        and is_json_lines(path)
+    )
+
+
+def _scan_rows_parallel(
+    report: DatasetReport,
+    path: Path,
+    rules: RowRules,
+    options: _ScanOptions,
+    label: str | None,
+    on_bytes: Callable[[int], None] | None,
+) -> int:
+    """As ``_scan_rows``, over byte ranges in worker processes; the same report, line for line."""
+    assert rules.mapping is not None
+    good = 0
+    unseen = set(rules.unseen)
+    for offset, part in scan_parallel(path, rules.mapping, options.max_errors, options.jobs, on_bytes):
+        good += part.good
+        report.rows += part.good + part.bad_count - part.not_rows
+        report.bad_row_count += part.bad_count
+        room = options.max_errors - len(report.bad_rows)
+        report.bad_rows += [BadRow(offset + line, reason, label) for line, reason in part.bad_rows[: max(room, 0)]]
+        unseen &= part.unseen
+        report.layout = report.layout or part.layout
+    for column in [c for c in rules.unseen if c not in unseen]:
+        del rules.unseen[column]
+    return good
+
+
+def _is_file_argument(name_or_file: str | Path) -> bool:
+    """A Path, an existing file or a .json/.jsonl name is a file; anything else is a dataset name."""
+    text = str(name_or_file)
+    return isinstance(name_or_file, Path) or text.endswith(CHECKED_SUFFIXES) or Path(text).is_file()
+
+
+def _closest_names(name: str, info: Mapping[str, Any]) -> str:
+    match = closest(name, info)
+    return f" (did you mean {match!r}?)" if match else f"; it has {', '.join(sorted(info)) or 'none'}"
+
+
+# -- progress and token lengths -------------------------------------------------------------------
+
+
+class _ProgressBar:
+    """A byte-counting tqdm bar on stderr for a big file when stderr is a terminal; else nothing."""
+
+    def __init__(self, path: Path, size: int, wanted: bool | None) -> None:
+        show = wanted if wanted is not None else (size >= PROGRESS_MIN_BYTES and sys.stderr.isatty())
+        self._bar = None
+        if show:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=size, unit="B", unit_scale=True, desc=path.name, file=sys.stderr, leave=False)
+
+    def __enter__(self) -> Callable[[int], None] | None:
+        return self._bar.update if self._bar is not None else None
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+class _TokenCounter:
+    """Token lengths of the rows' text (before the chat template), batched through a fast tokenizer."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._tokenizer = tokenizer
+        self._pending: list[str] = []
+        self._lengths = array("I")
+
+    def add(self, text: str) -> None:
+        self._pending.append(text)
+        if len(self._pending) >= _TOKEN_BATCH:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._pending:
+            ids = self._tokenizer(self._pending, add_special_tokens=False)["input_ids"]
+            self._lengths.extend(len(x) for x in ids)
+            self._pending.clear()
+
+    def percentiles(self) -> dict[str, int] | None:
+        self._flush()
+        if not self._lengths:
+            return None
+        ordered = sorted(self._lengths)
+        return {
+            "p50": _nearest_rank(ordered, 50),
+            "p90": _nearest_rank(ordered, 90),
+            "p99": _nearest_rank(ordered, 99),
+            "max": ordered[-1],
+        }
+
+
+def _nearest_rank(ordered: list[int], percent: int) -> int:
+    index = max(0, -(-len(ordered) * percent // 100) - 1)
+    return ordered[index]
+
+
+def _token_counter(tokenizer: str | Path | None) -> _TokenCounter | None:
+    if tokenizer is None:
+        return None
+    path = Path(tokenizer)
+    if not path.is_dir():
+        raise UsageError(f"tokenizer folder {path} not found (give a local folder with tokenizer files).")
+    try:
+        from transformers import AutoTokenizer
+
+        loaded = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    except Exception as err:  # transformers raises many kinds; any of them means "not a tokenizer"
+        raise UsageError(f"cannot load a tokenizer from {path}: {str(err).splitlines()[0]}") from None
+    return _TokenCounter(loaded)
+
+
+# -- registration ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Registration:
+    info_path: Path
+    backup: Path | None  # the previous dataset_info.json, kept
+    entry: dict[str, Any]
+    report: DatasetReport
+
+
+def register_dataset(
+    file: str | Path,
+    name: str,
+    formatting: str = "alpaca",
+    dataset_dir: str | Path = "data",
+    force: bool = False,
+) -> Path:
+    """Validate ``file`` and add it to ``dataset_dir/dataset_info.json`` as ``name``; returns that path."""
+    return add_dataset(file, name, formatting, dataset_dir, force=force).info_path
+
+
+def add_dataset(
+    file: str | Path,
+    name: str,
+    formatting: str = "alpaca",
+    dataset_dir: str | Path = "data",
+    *,
+    force: bool = False,
+    max_errors: int = DEFAULT_MAX_ERRORS,
+) -> Registration:
+    """``register_dataset`` with everything the CLI prints: the backup, the entry and the report."""
+    _check_name(name)
+    if formatting not in FORMATTINGS:
+        raise UsageError(f"formatting {formatting!r} is not one of {', '.join(FORMATTINGS)}.")
+    path = Path(file)
+    if not path.is_file():
+        raise UsageError(f"{path} not found.")
+    if path.suffix.lower() not in CHECKED_SUFFIXES:
+        raise UsageError(f"{path}: register takes .json or .jsonl files.")
+    folder = Path(dataset_dir)
+    info = load_dataset_info(folder) if folder.is_dir() else None
+    info_path = folder / INFO_FILE
+    if info is not None and name in info and not force:
+        raise UsageError(
+            f"dataset {name!r} is already in {info_path}. Pass --force to replace it "
+            "(the old file is kept as a backup)."
+        )
+    entry = _entry_for(path, formatting, folder)
+    report = validate_entry(name, entry, folder, options=_ScanOptions(max_errors))
+    entry = _drop_unseen_optional(entry, report)
+    if not report.ok:
+        raise UsageError(f"not registered: {report.summary()}. Run `llamafactory-rocm datasets validate {path}`.")
+    new_info = {**(info or {}), name: entry}
+    backup = _write_info(folder, info_path, new_info, had_info=info is not None)
+    return Registration(info_path, backup, entry, report)
+
+
+def _check_name(name: str) -> None:
+    if not name or name != name.strip():
+        raise UsageError("give the dataset a name without leading or trailing spaces (--name).")
+    if "," in name:
+        raise UsageError(f"dataset name {name!r} has a comma: LLaMA-Factory splits `dataset:` at commas.")
+
+
+def _entry_for(path: Path, formatting: str, folder: Path) -> dict[str, Any]:
+    entry: dict[str, Any] = {"file_name": _file_name(path, folder), "formatting": formatting}
+    if formatting != "alpaca":
+        entry.update(_chat_layout(_first_row(path)))
+    return entry
+
+
+def _file_name(path: Path, folder: Path) -> str:
+    """Relative to dataset_dir when the file lies inside it (the folder can move), else absolute."""
+    resolved, base = path.resolve(), folder.resolve()
+    try:
+        return resolved.relative_to(base).as_posix()
+    except ValueError:
+        return str(resolved)
+
+
+def _first_row(path: Path) -> dict[str, Any] | None:
+    with closing(iter_rows(path)) as rows:
+        for _, value in rows:
+            return value if isinstance(value, dict) else None
+    return None
+
+
+def _chat_layout(row: dict[str, Any] | None) -> dict[str, Any]:
+    """columns/tags for a chat file, read off its first row: the messages key, and role/content tags."""
+    if row is None:
+        return {}
+    layout: dict[str, Any] = {}
+    key = next((k for k in ("conversations", "messages") if isinstance(row.get(k), list)), None)
+    if key and key != "conversations":
+        layout["columns"] = {"messages": key}
+    messages = row.get(key) if key else None
+    if messages and isinstance(messages[0], dict) and "role" in messages[0] and "content" in messages[0]:
+        layout["tags"] = role_content_tags()
+    return layout
+
+
+def _drop_unseen_optional(entry: dict[str, Any], report: DatasetReport) -> dict[str, Any]:
+    """An alpaca file without any "input" is fine once the entry stops mapping it (else KeyError)."""
+    if report.missing_columns.keys() != {"input"} or "columns" in entry or entry["formatting"] != "alpaca":
+        return entry
+    report.errors.remove(missing_column_error("input", "query"))
+    report.missing_columns.clear()
+    return {**entry, "columns": {"prompt": "instruction", "response": "output"}}
+
+
+def _write_info(folder: Path, info_path: Path, info: dict[str, Any], *, had_info: bool) -> Path | None:
+    """Back the old file up (never over another backup), then replace it by a rename."""
+    text = json.dumps(info, indent=2, ensure_ascii=False) + "\n"
+    backup: Path | None = None
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        if had_info:
+            backup = first_free_name(folder, INFO_FILE, ".bak")
+            with info_path.open(encoding="utf-8", newline="") as old:  # keep its line ends as they are
+                atomic_write_text(backup, old.read(), overwrite=False)
+        try:
+            atomic_write_text(info_path, text)
+        except BaseException:
+            if backup is not None:  # the old file is intact: its copy would only be clutter
+                backup.unlink(missing_ok=True)
+            raise
+    except OSError as err:
+        raise UsageError(f"cannot write {info_path}: {_reason(err)}; nothing was changed.") from None
+    return backup
+
+
+# -- pre-launch check -----------------------------------------------------------------------------
+
+
+def config_dataset_findings(config: Mapping[str, Any], cwd: Path) -> tuple[dict[str, Any], list[Finding]]:
+    """The datasets a training config names: point dataset_dir at the bundled folder when only it has
+    them, then check each local dataset. Returns the (possibly updated) config and the findings."""
+    config = dict(config)
+    names = _dataset_names(config.get("dataset")) + _dataset_names(config.get("eval_dataset"))
+    names = list(dict.fromkeys(names))  # both lists may name a dataset; check it once
+    if not names:
+        return config, []
+    raw_dir = str(config.get("dataset_dir") or "data")
+    if raw_dir == "ONLINE" or raw_dir.startswith("REMOTE:"):
+        return config, [_online_finding(raw_dir, names)]
+    folder = _resolve_dir(raw_dir, cwd)
+    info = _safe_info(folder)
+    findings: list[Finding] = []
+    if info is None or any(n not in info for n in names):
+        bundled = datasets_dir()
+        bundled_info = _safe_info(bundled) or {}
+        if all(n in bundled_info for n in names):
+            config["dataset_dir"] = str(bundled)
+            findings.append(_bundled_finding(raw_dir, folder, bundled, names))
+            folder, info = bundled, bundled_info
+    for name in names:
+        findings.append(_dataset_finding(name, info, folder))
+    return config, [f for f in findings if f is not None]
+
+
+def _dataset_names(value: Any) -> list[str]:
+    if value is None:
+        return []
+    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    return [str(item).strip() for item in items if str(item).strip()]
+
+
+def _resolve_dir(raw: str, cwd: Path) -> Path:
+    path = Path(raw).expanduser()
+    return path if path.is_absolute() else Path(cwd) / path
+
+
+def _safe_info(folder: Path) -> dict[str, Any] | None:
+    try:
+        return load_dataset_info(folder)
+    except UsageError:
+        return None
+
+
+def _online_finding(raw_dir: str, names: list[str]) -> Finding:
+    return Finding(
+        code="DATASET_ONLINE",
+        level=Level.INFO,
+        key="dataset_dir",
+        message=f"dataset_dir is {raw_dir}: {', '.join(names)} load from the hub, which cannot be checked offline.",
+        fix="Nothing to do here; the hub must be reachable when training starts.",
+    )
+
+
+def _bundled_finding(raw_dir: str, folder: Path, bundled: Path, names: list[str]) -> Finding:
+    where = f"{folder / INFO_FILE} does not exist" if not (folder / INFO_FILE).is_file() else f"{folder} lacks them"
+    return Finding(
+        code="DATASET_DIR_BUNDLED",
+        level=Level.CHANGE,
+        key="dataset_dir",
+        old=raw_dir,
+        new=str(bundled),
+        message=f"{', '.join(names)} are bundled with llamafactory-rocm, and {where}.",
+        fix=f"Set dataset_dir to the bundled folder {bundled}.",
+    )
+
+
+def _dataset_finding(name: str, info: dict[str, Any] | None, folder: Path) -> Finding | None:
+    if info is None or name not in info:
+        return _unknown_finding(name, info, folder)
+    report = validate_entry(name, info[name], folder, options=_ScanOptions(max_errors=1, progress=False))
+    if report.remote:
+        return Finding(
+            code="DATASET_REMOTE",
+            level=Level.INFO,
+            key="dataset",
+            message=f"dataset {name} comes from {report.source}, which cannot be checked offline.",
+            fix="Nothing to do here; the hub must be reachable when training starts.",
+        )
+    if report.ok:
+        return None
+    return Finding(
+        code="DATASET_INVALID",
+        level=Level.ERROR,
+        key="dataset",
+        message=_invalid_message(name, report),
+        fix=f"Run `llamafactory-rocm datasets validate {shlex.quote(name)} --dataset-dir {shlex.quote(str(folder))}`"
+        " to list every bad row, then fix the data or its dataset_info.json entry.",
+    )
+
+
+def _invalid_message(name: str, report: DatasetReport) -> str:
+    where = report.files[0] if len(report.files) == 1 else report.source
+    counts = f"{report.rows} rows, {report.bad_row_count} bad"
+    first = report.first_problem() or "see the validate output"
+    return f"dataset {name} ({where}): {counts}; first: {first}."
+
+
+def _unknown_finding(name: str, info: dict[str, Any] | None, folder: Path) -> Finding:
+    known = set(info or {}) | set(_safe_info(datasets_dir()) or {})
+    match = closest(name, known)
+    hint = f" Did you mean {match!r}?" if match else ""
+    where = folder / INFO_FILE
+    missing = "does not exist" if info is None else f"has no {name!r}"
+    return Finding(
+        code="DATASET_UNKNOWN",
+        level=Level.ERROR,
+        key="dataset",
+        message=f"dataset {name}: {where} {missing}, so LLaMA-Factory stops with 'Undefined dataset'.{hint}",
+        fix=(
+            f"Fix the name, or add the data with `llamafactory-rocm datasets register FILE --name {shlex.quote(name)}"
+            f" --dataset-dir {shlex.quote(str(folder))}`."
+        ),
+    )

@@ -1,0 +1,114 @@
+"""Check a big JSON-lines file in several processes: byte ranges cut just after a newline, each
+scanned by a forked worker, the results put back together in file order.
+
+Parsing is what costs (``json`` in C, about a microsecond a row), so on N cores this is close to N
+times faster. Only JSON lines split safely at newlines; a JSON array is scanned in one process.
+Workers are forked (no re-import), and only where fork exists; a process that may hold threads
+(a training process, a loaded tokenizer) keeps to one process, which the callers decide.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from itertools import pairwise
+from pathlib import Path
+
+from .dataset_entry import RowMapping
+from .dataset_rows import make_rules
+from .dataset_scan import ScanError, ScanStats, iter_rows
+
+MIN_PARALLEL_BYTES = 64 << 20  # below this, forking costs more than it saves
+RANGE_BYTES = 32 << 20  # several ranges per worker: even load, and progress as each one ends
+
+
+@dataclass
+class RangeResult:
+    """One byte range's counts; lines are relative to the range's first line."""
+
+    good: int = 0
+    bad_count: int = 0
+    not_rows: int = 0
+    bad_rows: list[tuple[int, str]] = field(default_factory=list)
+    unseen: set[str] = field(default_factory=set)
+    newlines: int = 0
+    empty: bool = False
+    layout: str | None = None
+
+
+def default_jobs() -> int:
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, 8))
+
+
+def can_fork() -> bool:
+    return "fork" in multiprocessing.get_all_start_methods()
+
+
+def is_json_lines(path: Path) -> bool:
+    """The first character that is not a blank (or a byte-order mark) is not ``[``."""
+    with open(path, "rb") as handle:
+        head = handle.read(4096).lstrip(b"\xef\xbb\xbf").lstrip(b" \t\r\n")
+    return head[:1] not in (b"[", b"")
+
+
+def plan_ranges(path: Path, size: int, parts: int) -> list[tuple[int, int]]:
+    """``parts`` byte ranges covering the file, each starting just after a newline."""
+    cuts = [0]
+    with open(path, "rb") as handle:
+        for k in range(1, parts):
+            handle.seek(max(size * k // parts, cuts[-1]))
+            handle.readline()  # to the end of the line the guess fell into
+            offset = handle.tell()
+            if cuts[-1] < offset < size:
+                cuts.append(offset)
+    cuts.append(size)
+    return list(pairwise(cuts))
+
+
+def scan_range(task: tuple[str, int, int, RowMapping, int]) -> RangeResult:
+    """The worker: the same rules and loop as a one-process scan, over one byte range."""
+    path, start, end, mapping, max_errors = task
+    rules = make_rules(mapping)
+    check = rules.check
+    stats = ScanStats()
+    result = RangeResult()
+    for line, value in iter_rows(Path(path), stats, start=start, end=end):
+        reason = check(value)
+        if reason is None:
+            result.good += 1
+            continue
+        result.bad_count += 1
+        if type(value) is ScanError and not value.is_row:
+            result.not_rows += 1
+        if len(result.bad_rows) < max_errors:
+            result.bad_rows.append((line, reason))
+    result.unseen = set(rules.unseen)
+    result.newlines = stats.end_line - 1
+    result.empty, result.layout = stats.empty, stats.layout
+    return result
+
+
+def scan_parallel(
+    path: Path,
+    mapping: RowMapping,
+    max_errors: int,
+    jobs: int,
+    on_bytes: Callable[[int], None] | None = None,
+) -> Iterator[tuple[int, RangeResult]]:
+    """``(line offset, result)`` per range, in file order: add the offset to the range's lines."""
+    size = path.stat().st_size
+    ranges = plan_ranges(path, size, max(jobs, -(-size // RANGE_BYTES)))
+    tasks = [(str(path), start, end, mapping, max_errors) for start, end in ranges]
+    offset = 0
+    with multiprocessing.get_context("fork").Pool(min(jobs, len(tasks))) as pool:
+        for (start, end), result in zip(ranges, pool.imap(scan_range, tasks), strict=True):
+            if on_bytes is not None:
+                on_bytes(end - start)
+            yield offset, result
+            offset += result.newlines
