@@ -12,7 +12,7 @@ from .catalogue import load_catalogue
 from .findings import Finding, Level
 from .lf_keys import train_keys
 from .rules import Context, resolve
-from .rules.kernels import _flash_attn_gap, version_tuple
+from .rules.kernels import flash_attn_gap, version_tuple
 from .snapshot import Snapshot
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
@@ -87,7 +87,7 @@ def package_lines(snap: Snapshot, ctx: Context) -> list[Line]:
         return []
     pk = snap.packages
     lines = []
-    gap = _flash_attn_gap(ctx, snap.env)
+    gap = flash_attn_gap(ctx, snap.env)
     if not pk.get("flash_attn"):
         lines.append(Line(PASS, "flash-attn", "not installed: LLaMA-Factory uses SDPA (check rewrites fa2 to sdpa)"))
     elif gap:

@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +17,6 @@ from .errors import UsageError
 from .findings import Finding, Level
 from .lf_keys import train_keys
 from .memory import model_config_for
-from .probe import relevant_env
 from .rules import Context, Resolution, Target, resolve
 from .snapshot import Device, KfdNode, Snapshot, TorchBuild
 
@@ -194,7 +192,3 @@ def check_config(
         config_path=None if config_path is None else str(config_path),
         env_before=env,
     )
-
-
-def current_env() -> dict[str, str]:
-    return relevant_env(os.environ)

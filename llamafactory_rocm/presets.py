@@ -9,7 +9,6 @@ from llamafactory.train.tuner import run_exp; run_exp(args=cfg)
 from __future__ import annotations
 
 import difflib
-import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ import yaml
 from .catalogue import load_catalogue
 from .errors import UsageError
 from .findings import Finding
+from .fsutil import atomic_write_text
 from .memory import Estimate, estimate_config
 from .preset_registry import PRESETS, PresetEntry
 from .resources import datasets_dir, presets_dir
@@ -99,15 +99,17 @@ def info(name: str) -> PresetInfo:
 
 
 def list_presets(gpu: str | None = None) -> list[PresetInfo]:
-    infos = [info(p.name) for p in PRESETS]
-    if gpu is None:
-        return infos
-    found = load_catalogue().gpu(gpu)
-    if found is None:
-        near = ", ".join(load_catalogue().nearest_aliases(gpu))
-        raise UsageError(f"unknown GPU {gpu!r}; nearest known: {near}.")
-    arch = found[1].target
-    return [i for i in infos if i.arch == arch]
+    """Every preset, or those for ``gpu``'s arch (an unknown name raises, naming the nearest)."""
+    from .prelaunch import resolve_target
+
+    target = resolve_target(gpu=gpu) if gpu else None
+    catalogue = load_catalogue()
+    wanted = [
+        p
+        for p in PRESETS
+        if target is None or catalogue.gpu(p.gpu)[1].target == target.arch  # type: ignore[index]
+    ]
+    return [info(p.name) for p in wanted]
 
 
 def copy_target(name: str, dest: str | Path) -> Path:
@@ -129,8 +131,5 @@ def copy(name: str, dest: str | Path, force: bool = False) -> list[Path]:
     written = []
     for src, dst in plan:
         dst.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dst.with_name(f".{dst.name}.tmp")
-        shutil.copyfile(src, tmp)
-        tmp.replace(dst)  # atomic: a reader sees the old file or the new one
-        written.append(dst)
+        written.append(atomic_write_text(dst, src.read_text(encoding="utf-8")))
     return written

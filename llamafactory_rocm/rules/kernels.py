@@ -37,7 +37,7 @@ def drop_tf32(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -
     )
 
 
-def _flash_attn_gap(ctx: Context, env: Mapping[str, str]) -> str | None:
+def flash_attn_gap(ctx: Context, env: Mapping[str, str]) -> str | None:
     """Why the installed flash-attn cannot serve the GPUs here, or None when it can.
 
     A planned machine's packages are unknown (key absent): judged by the arch alone.
@@ -66,7 +66,7 @@ def flash_attn_where_supported(config: Mapping[str, Any], env: Mapping[str, str]
     if str(config.get("flash_attn", "")).lower() != "fa2":
         return unchanged(config, env)
     if ctx.rocm:
-        gap = _flash_attn_gap(ctx, env)
+        gap = flash_attn_gap(ctx, env)
     elif ctx.cpu_only:
         gap = "FlashAttention-2 has no CPU kernels"
     else:
