@@ -1,12 +1,14 @@
 """``validate_dataset`` against ``datasets.load_dataset("json", ...)`` (what LLaMA-Factory runs to
 read a local file) on a generated 1,000,000-row alpaca JSON-lines file, side by side, interleaved.
+A clean file like this one is what the fast path (``dataset_fast``) proves; ``--reference`` times
+the line-by-line scan instead (``fast=False``), the cost for a file with a defect.
 
 Each measurement runs in its own subprocess, which reports the seconds of the call alone (imports
 excluded) and its own peak RSS (VmHWM), so the numbers of the two never mix. The load gets a fresh
 cache_dir every run, so it really parses. Validate also runs on a 250,000-row file: its peak RSS
 should not grow with the file. Targets: validate >= 5x faster than the load, peak RSS < 300 MB.
 
-    python bench/bench_validate.py [--runs 3] [--rows 1000000] [--small-rows 250000] [--jobs N]
+    python bench/bench_validate.py [--runs 3] [--rows 1000000] [--small-rows 250000] [--jobs N] [--reference]
 
 The files are written to bench/out/ (git-ignored) and reused by later runs.
 """
@@ -46,7 +48,7 @@ VALIDATE = (
 import json, resource, sys, time
 from llamafactory_rocm.dataset_check import validate_dataset
 start = time.perf_counter()
-report = validate_dataset(sys.argv[1], jobs=int(sys.argv[2]))
+report = validate_dataset(sys.argv[1], jobs=int(sys.argv[2]), fast=sys.argv[3] == "fast")
 seconds = time.perf_counter() - start
 assert report.ok, report.summary()
 workers = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # the largest worker, if any
@@ -92,6 +94,8 @@ def generate(path: Path, rows: int, seed: int = 0) -> Path:
                 "output": f"{p[2]}. {p[3]}, {p[4]} and {p[5]}.",
             }
             out.write(json.dumps(row) + "\n")
+        out.flush()
+        os.fsync(out.fileno())  # else the write-back of a fresh file runs into the timed loads' own writes
     tmp.replace(path)
     return path
 
@@ -113,6 +117,7 @@ def main() -> None:
     cli.add_argument("--rows", type=int, default=1_000_000)
     cli.add_argument("--small-rows", type=int, default=250_000)
     cli.add_argument("--jobs", type=int, default=0, help="validate's worker processes (0: its own choice)")
+    cli.add_argument("--reference", action="store_true", help="time the line-by-line scan, not the fast path")
     args = cli.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     big = generate(OUT / f"alpaca_{args.rows}.jsonl", args.rows)
@@ -120,21 +125,24 @@ def main() -> None:
     hf_home = Path(tempfile.mkdtemp(prefix="bench-hf-"))
     env = {**os.environ, "HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     jobs = str(args.jobs)
+    mode = "reference" if args.reference else "fast"
     validate, load, small_runs = [], [], []
     try:
-        child(VALIDATE, str(small), jobs, env=env)  # warm the page cache and the imports
+        child(VALIDATE, str(small), jobs, mode, env=env)  # warm the page cache and the imports
         for _ in range(args.runs):
-            validate.append(child(VALIDATE, str(big), jobs, env=env))
+            validate.append(child(VALIDATE, str(big), jobs, mode, env=env))
             cache = tempfile.mkdtemp(prefix="bench-cache-", dir=hf_home)
             load.append(child(LOAD, str(big), cache, env=env))
             shutil.rmtree(cache, ignore_errors=True)
-            small_runs.append(child(VALIDATE, str(small), jobs, env=env))
+            small_runs.append(child(VALIDATE, str(small), jobs, mode, env=env))
     finally:
         shutil.rmtree(hf_home, ignore_errors=True)
-    report(args, big, small, validate, load, small_runs)
+    report(args, big, small, validate, load, small_runs, mode)
 
 
-def report(args: argparse.Namespace, big: Path, small: Path, validate: list, load: list, small_runs: list) -> None:
+def report(
+    args: argparse.Namespace, big: Path, small: Path, validate: list, load: list, small_runs: list, mode: str
+) -> None:
     v, ld = median([r["seconds"] for r in validate]), median([r["seconds"] for r in load])
     vw, lw = median([r["wall"] for r in validate]), median([r["wall"] for r in load])
     jobs = validate[0]["jobs"]
@@ -143,7 +151,7 @@ def report(args: argparse.Namespace, big: Path, small: Path, validate: list, loa
     mb = big.stat().st_size / 1e6
     print(f"machine: {machine()}")
     print(f"file: {big.name}, {args.rows:,} rows, {mb:.0f} MB; {args.runs} runs each, interleaved")
-    print(f"  validate_dataset, jobs={jobs}:    median {v:.2f} s (process wall {vw:.2f} s), peak RSS {v_peak}")
+    print(f"  validate_dataset, jobs={jobs}, {mode}:    median {v:.2f} s (process wall {vw:.2f} s), peak RSS {v_peak}")
     print(f"  datasets.load_dataset json:  median {ld:.2f} s (process wall {lw:.2f} s), peak RSS {l_peak:.0f} MB")
     print(f"  ratio load/validate: {ld / v:.2f}x by call, {lw / vw:.2f}x by process wall (target >= 5x)")
     print(f"  validate on {small.name} ({args.small_rows:,} rows): median "
