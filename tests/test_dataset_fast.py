@@ -243,3 +243,11 @@ def test_a_report_is_the_same_with_and_without_the_fast_path(tmp_path, monkeypat
         return  # not JSON lines: the fast path is never offered these
     event("proven clean" if prove(path) is not None else "left to the scan")
     both_ways(path)
+
+
+def test_a_progress_bar_starts_over_when_the_scan_takes_over(tmp_path, capsys):
+    path = write(tmp_path, jsonl([ROW] * 50 + [{**ROW, "output": ""}]))
+    shown = validate_dataset(path, progress=True)
+    assert [b.line for b in shown.bad_rows] == [51]
+    assert shown.as_json() == validate_dataset(path, progress=False, fast=False).as_json()
+    assert "qa.jsonl" in capsys.readouterr().err  # the bar, labelled with the file
