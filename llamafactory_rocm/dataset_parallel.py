@@ -4,8 +4,9 @@ checked by a forked worker, the results put back together in file order.
 Each range is first offered to the fast path (``dataset_fast``: proven clean at C speed, or not); a
 range it cannot prove is scanned line by line. Parsing is what costs, so on N cores this is close
 to N times faster. Only JSON lines split safely at newlines; a JSON array is scanned in one process.
-A range scanned line by line starts reading at its first byte: one JSON value written across the
-newline where two such ranges meet reads as two bad lines here, and as one bad row in one process.
+A range scanned line by line starts reading at its first byte, as if a row began there: a JSON
+value written across the newlines where ranges meet (legal in one process, which reads a value
+across lines) reads differently here. One process (``jobs=1``) has no such seams.
 Workers are forked (no re-import), and only where fork exists; a process that may hold threads
 (a training process, a loaded tokenizer) keeps to one process, which the callers decide.
 """
