@@ -1,6 +1,6 @@
 """``validate_dataset`` against ``datasets.load_dataset("json", ...)`` (what LLaMA-Factory runs to
-read a local file) on a generated 1,000,000-row alpaca JSON-lines file, side by side, interleaved.
-A clean file like this one is what the fast path (``dataset_fast``) proves; ``--reference`` times
+read a local file) on a generated 1,000,000-row alpaca (or sharegpt) JSON-lines file, side by side,
+interleaved. A clean file like this one is what the fast path (``dataset_fast``) proves; ``--reference`` times
 the line-by-line scan instead (``fast=False``), the cost for a file with a defect.
 
 Each measurement runs in its own subprocess, which reports the seconds of the call alone (imports
@@ -8,7 +8,8 @@ excluded) and its own peak RSS (VmHWM), so the numbers of the two never mix. The
 cache_dir every run, so it really parses. Validate also runs on a 250,000-row file: its peak RSS
 should not grow with the file. Targets: validate >= 5x faster than the load, peak RSS < 300 MB.
 
-    python bench/bench_validate.py [--runs 3] [--rows 1000000] [--small-rows 250000] [--jobs N] [--reference]
+    python bench/bench_validate.py [--runs 3] [--rows 1000000] [--small-rows 250000] [--jobs N]
+        [--reference] [--formatting alpaca|sharegpt]
 
 The files are written to bench/out/ (git-ignored) and reused by later runs.
 """
@@ -48,7 +49,7 @@ VALIDATE = (
 import json, resource, sys, time
 from llamafactory_rocm.dataset_check import validate_dataset
 start = time.perf_counter()
-report = validate_dataset(sys.argv[1], jobs=int(sys.argv[2]), fast=sys.argv[3] == "fast")
+report = validate_dataset(sys.argv[1], jobs=int(sys.argv[2]), fast=sys.argv[3] == "fast", formatting=sys.argv[4])
 seconds = time.perf_counter() - start
 assert report.ok, report.summary()
 workers = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # the largest worker, if any
@@ -78,26 +79,36 @@ _WORDS = [
 ]
 
 
-def generate(path: Path, rows: int, seed: int = 0) -> Path:
-    """Alpaca rows of realistic length (~340 bytes), one per line; written once, then reused."""
+def generate(path: Path, rows: int, formatting: str, seed: int = 0) -> Path:
+    """Rows of realistic length, one per line (alpaca ~340 bytes; sharegpt ~490 bytes, one to three
+    exchanges, a system message in one row of four); written once, then reused."""
     if path.is_file():
         return path
     rng = random.Random(seed)
     phrases = [" ".join(rng.choice(_WORDS) for _ in range(rng.randint(4, 12))) for _ in range(4096)]
+    make = _alpaca_row if formatting == "alpaca" else _sharegpt_row
     tmp = path.with_suffix(".part")
     with open(tmp, "w", encoding="utf-8") as out:
         for i in range(rows):
-            p = rng.choices(phrases, k=6)
-            row = {
-                "instruction": f"Q{i}: {p[0]}?",
-                "input": "" if i % 3 else p[1],
-                "output": f"{p[2]}. {p[3]}, {p[4]} and {p[5]}.",
-            }
-            out.write(json.dumps(row) + "\n")
+            out.write(json.dumps(make(i, rng, phrases)) + "\n")
         out.flush()
         os.fsync(out.fileno())  # else the write-back of a fresh file runs into the timed loads' own writes
     tmp.replace(path)
     return path
+
+
+def _alpaca_row(i: int, rng: random.Random, phrases: list[str]) -> dict:
+    p = rng.choices(phrases, k=6)
+    answer = f"{p[2]}. {p[3]}, {p[4]} and {p[5]}."
+    return {"instruction": f"Q{i}: {p[0]}?", "input": "" if i % 3 else p[1], "output": answer}
+
+
+def _sharegpt_row(i: int, rng: random.Random, phrases: list[str]) -> dict:
+    turns = [{"from": "system", "value": "Answer in one paragraph."}] if i % 4 == 0 else []
+    for _ in range(rng.randint(1, 3)):
+        p = rng.choices(phrases, k=3)
+        turns += [{"from": "human", "value": f"{p[0]}?"}, {"from": "gpt", "value": f"{p[1]}, and {p[2]}."}]
+    return {"conversations": turns}
 
 
 def child(code: str, *args: str, env: dict[str, str]) -> dict:
@@ -118,26 +129,27 @@ def main() -> None:
     cli.add_argument("--small-rows", type=int, default=250_000)
     cli.add_argument("--jobs", type=int, default=0, help="validate's worker processes (0: its own choice)")
     cli.add_argument("--reference", action="store_true", help="time the line-by-line scan, not the fast path")
+    cli.add_argument("--formatting", choices=("alpaca", "sharegpt"), default="alpaca")
     args = cli.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
-    big = generate(OUT / f"alpaca_{args.rows}.jsonl", args.rows)
-    small = generate(OUT / f"alpaca_{args.small_rows}.jsonl", args.small_rows)
+    big = generate(OUT / f"{args.formatting}_{args.rows}.jsonl", args.rows, args.formatting)
+    small = generate(OUT / f"{args.formatting}_{args.small_rows}.jsonl", args.small_rows, args.formatting)
     hf_home = Path(tempfile.mkdtemp(prefix="bench-hf-"))
     env = {**os.environ, "HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     jobs = str(args.jobs)
-    mode = "reference" if args.reference else "fast"
+    mode = ("reference" if args.reference else "fast", args.formatting)
     validate, load, small_runs = [], [], []
     try:
-        child(VALIDATE, str(small), jobs, mode, env=env)  # warm the page cache and the imports
+        child(VALIDATE, str(small), jobs, *mode, env=env)  # warm the page cache and the imports
         for _ in range(args.runs):
-            validate.append(child(VALIDATE, str(big), jobs, mode, env=env))
+            validate.append(child(VALIDATE, str(big), jobs, *mode, env=env))
             cache = tempfile.mkdtemp(prefix="bench-cache-", dir=hf_home)
             load.append(child(LOAD, str(big), cache, env=env))
             shutil.rmtree(cache, ignore_errors=True)
-            small_runs.append(child(VALIDATE, str(small), jobs, mode, env=env))
+            small_runs.append(child(VALIDATE, str(small), jobs, *mode, env=env))
     finally:
         shutil.rmtree(hf_home, ignore_errors=True)
-    report(args, big, small, validate, load, small_runs, mode)
+    report(args, big, small, validate, load, small_runs, mode[0])
 
 
 def report(

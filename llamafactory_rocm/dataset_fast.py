@@ -10,16 +10,17 @@ mark, a formatting it does not cover) it returns None, and the caller scans that
 which finds and explains every defect. So this changes how fast a clean file passes, never what a
 report says; ``tests/test_dataset_fast.py`` pins that, verdict for verdict.
 
-Covered: alpaca without ranking (the shape of most instruction data). sharegpt, openai and ranking
-rows always take the line-by-line scan.
+Covered: alpaca and sharegpt without ranking (most instruction and chat data). openai rows (which
+the converter rewrites) and ranking rows always take the line-by-line scan.
 """
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from itertools import repeat
+from functools import partial
+from itertools import chain, repeat
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -27,20 +28,21 @@ import msgspec
 import numpy as np
 
 from .dataset_entry import RowMapping
-from .dataset_rows import OPTIONAL_ALPACA_KEYS
+from .dataset_rows import OPTIONAL_ALPACA_KEYS, OPTIONAL_CHAT_KEYS
 
 # A thousand-odd rows per decode call: the chunk and the structs made from it stay in the CPU's
 # cache, which on two cores sharing memory measured faster than 4 MB chunks (bench_validate).
 CHUNK_BYTES = 512 << 10
 _LF, _CR, _OPEN, _CLOSE = 0x0A, 0x0D, 0x7B, 0x7D  # \n \r { }
 
-# How the struct types the optional columns that the row rules look into; the others are only
-# looked for (a mapped column that no row has is a KeyError in the converter).
 _TEXT = Annotated[str, msgspec.Meta(min_length=1)]  # a string, not empty (checked in C)
+# How the row struct types the optional columns that the row rules look into. The others are typed
+# Any, only to see whether some row has them (a mapped column that no row has is a KeyError).
 _OPTIONAL_TYPES: dict[str, Any] = {
     "query": str | None | msgspec.UnsetType,  # absent, null or a string
     "history": list[tuple[str, str]] | None | msgspec.UnsetType,  # or a list of [prompt, response] pairs
 }
+Field = tuple[str, Any, Any]  # (data column, type, default)
 
 
 @dataclass(frozen=True)
@@ -55,10 +57,8 @@ class CleanRange:
 
 @dataclass(frozen=True)
 class _Plan:
-    decoder: msgspec.json.Decoder
-    prompt: Callable[[Any], Any]
-    query: Callable[[Any], Any]
-    response: Callable[[Any], Any]
+    decoder: msgspec.json.Decoder  # of rows typed as the row rules demand
+    rows_pass: Callable[[list[Any]], bool]  # the rules that typing leaves, over a chunk's rows
     optional: dict[str, Callable[[Any], Any]]  # data column -> its getter (UNSET where a row lacks it)
 
 
@@ -83,7 +83,7 @@ def prove_clean(
         except (msgspec.DecodeError, RecursionError):  # ValidationError is a DecodeError
             return None
         lines, chunk_newlines = counted
-        if len(structs) != lines or not _rows_pass(plan, structs):
+        if len(structs) != lines or not plan.rows_pass(structs):
             return None
         rows += lines
         newlines += chunk_newlines
@@ -93,62 +93,148 @@ def prove_clean(
     return CleanRange(rows, newlines, frozenset(seen))
 
 
-# -- the row rules, as passes over a chunk's structs ----------------------------------------------
-
-
 def _plan(mapping: RowMapping) -> _Plan | None:
-    """A decoder whose struct has exactly the mapped columns, typed as the row rules demand."""
-    if mapping.formatting != "alpaca" or mapping.ranking:
+    if mapping.ranking:
         return None
-    cols = mapping.columns
-    # field -> (data column, type, default); a field's name is its mapping key, so always a valid name
-    fields: dict[str, tuple[Any, Any, Any]] = {
-        # A null or empty prompt is fine when the query has text, but rare: left to the scan.
-        "prompt": (cols["prompt"], _TEXT, msgspec.NODEFAULT),
-        "response": (cols["response"], _TEXT, msgspec.NODEFAULT),
-    }
-    for key in OPTIONAL_ALPACA_KEYS:
-        if cols.get(key):
-            fields[key] = (cols[key], _OPTIONAL_TYPES.get(key, Any), msgspec.UNSET)
-    columns = [column for column, _, _ in fields.values()]
-    if not all(isinstance(c, str) and c for c in columns) or len(set(columns)) != len(columns):
-        return None  # an unmapped prompt or response, one column in two roles: the scan explains those
+    if mapping.formatting == "alpaca":
+        return _alpaca_plan(mapping.columns)
+    if mapping.formatting == "sharegpt":
+        return _sharegpt_plan(mapping.columns, mapping.tags)
+    return None
+
+
+def _row_struct(
+    name: str, fields: dict[str, Field], columns: Mapping[str, Any], optional_keys: tuple[str, ...]
+) -> tuple[Any, dict[str, Callable[[Any], Any]]] | None:
+    """``(struct, optional getters)``: ``fields`` plus the mapped optional columns, each field named
+    by its mapping key (always a valid name) and renamed to its data column. None where the mapping
+    cannot be a struct: a column that is not a string, one column in two roles (the scan explains)."""
+    fields = dict(fields)
+    for key in optional_keys:
+        if columns.get(key):
+            fields.setdefault(key, (columns[key], Any, msgspec.UNSET))
+    data_columns = [column for column, _, _ in fields.values()]
+    if not all(isinstance(c, str) and c for c in data_columns) or len(set(data_columns)) != len(data_columns):
+        return None
     try:
         struct = msgspec.defstruct(
-            "AlpacaRow",
-            [(name, kind, default) for name, (_, kind, default) in fields.items()],
-            rename={name: column for name, (column, _, _) in fields.items()},
+            name,
+            [(key, kind, default) for key, (_, kind, default) in fields.items()],
+            rename={key: column for key, (column, _, _) in fields.items()},
             gc=False,  # rows of strings hold no cycles: no GC tracking, faster to build and free
         )
     except (TypeError, ValueError):
         return None
-    getters = {name: operator.attrgetter(name) for name in fields}
-    return _Plan(
-        decoder=msgspec.json.Decoder(struct),
-        prompt=getters["prompt"],
-        query=getters.get("query", _always_unset),
-        response=getters["response"],
-        optional={fields[name][0]: getters[name] for name in fields if name in OPTIONAL_ALPACA_KEYS},
-    )
+    optional = {fields[key][0]: operator.attrgetter(key) for key in fields if key in optional_keys}
+    return struct, optional
+
+
+# -- alpaca ---------------------------------------------------------------------------------------
+
+
+def _alpaca_plan(columns: Mapping[str, Any]) -> _Plan | None:
+    fields: dict[str, Field] = {
+        # A null or empty prompt is fine when the query has text, but rare: left to the scan.
+        "prompt": (columns["prompt"], _TEXT, msgspec.NODEFAULT),
+        "response": (columns["response"], _TEXT, msgspec.NODEFAULT),
+    }
+    for key, kind in _OPTIONAL_TYPES.items():
+        if columns.get(key):
+            fields[key] = (columns[key], kind, msgspec.UNSET)
+    made = _row_struct("AlpacaRow", fields, columns, OPTIONAL_ALPACA_KEYS)
+    if made is None:
+        return None
+    struct, optional = made
+    query = operator.attrgetter("query") if "query" in fields else _always_unset
+    check = partial(_alpaca_rows_pass, operator.attrgetter("prompt"), query, operator.attrgetter("response"))
+    return _Plan(msgspec.json.Decoder(struct), check, optional)
 
 
 def _always_unset(_row: Any) -> Any:
     return msgspec.UNSET
 
 
-def _rows_pass(plan: _Plan, structs: list[Any]) -> bool:
-    """The alpaca rules of ``dataset_rows`` that typing leaves: the response is not all blanks, and
-    neither is the prompt, or else the query has text."""
-    if any(map(str.isspace, map(plan.response, structs))):
+def _alpaca_rows_pass(
+    prompt: Callable[[Any], str], query: Callable[[Any], Any], response: Callable[[Any], str], rows: list[Any]
+) -> bool:
+    """The rules typing leaves: the response is not all blanks, and neither is the prompt, or else
+    the query has text."""
+    if any(map(str.isspace, map(response, rows))):
         return False
-    if not any(map(str.isspace, map(plan.prompt, structs))):
+    if not any(map(str.isspace, map(prompt, rows))):
         return True  # the common case
-    blank_prompt_rows = (row for row in structs if plan.prompt(row).isspace())
-    return not any(_blank(plan.query(row)) for row in blank_prompt_rows)
+    return not any(_blank(query(row)) for row in rows if prompt(row).isspace())
 
 
 def _blank(value: Any) -> bool:
     return not isinstance(value, str) or not value or value.isspace()
+
+
+# -- sharegpt -------------------------------------------------------------------------------------
+
+# Each message's role as a side: the user side (user, observation), the assistant side (assistant,
+# function_call), or system. A row passes when its sides read: system?, then (user, assistant)+.
+_USER, _ASSISTANT, _SYSTEM = 1, 2, 3
+_SIDES = {
+    "user_tag": _USER,
+    "observation_tag": _USER,
+    "assistant_tag": _ASSISTANT,
+    "function_tag": _ASSISTANT,
+    "system_tag": _SYSTEM,
+}
+
+
+def _sharegpt_plan(columns: Mapping[str, Any], tags: Mapping[str, Any]) -> _Plan | None:
+    role, content = tags["role_tag"], tags["content_tag"]
+    sides: dict[Any, int] = {}
+    for tag, side in _SIDES.items():
+        value = tags[tag]
+        if value is not None and sides.setdefault(value, side) != side:
+            return None  # one role on two sides: the scan explains that
+    names_ok = isinstance(role, str) and isinstance(content, str) and role and content and role != content
+    if not (names_ok and tags["user_tag"] and tags["assistant_tag"]):
+        return None
+    message = msgspec.defstruct(
+        "Message", [("role", str), ("content", str)], rename={"role": role, "content": content}, gc=False
+    )
+    fields: dict[str, Field] = {"messages": (columns["messages"], list[message], msgspec.NODEFAULT)}
+    made = _row_struct("ShareGPTRow", fields, columns, OPTIONAL_CHAT_KEYS)
+    if made is None:
+        return None
+    struct, optional = made
+    check = partial(_sharegpt_rows_pass, sides, operator.attrgetter("messages"))
+    return _Plan(msgspec.json.Decoder(struct), check, optional)
+
+
+_role_of, _content_of = operator.attrgetter("role"), operator.attrgetter("content")
+
+
+def _sharegpt_rows_pass(sides: dict[Any, int], messages_of: Callable[[Any], list[Any]], rows: list[Any]) -> bool:
+    """Roles in turn (an optional system message first, then the user and assistant sides taking
+    turns, ending on the assistant side) and no assistant message without text. The messages of
+    all the rows are laid end to end, so that numpy checks every row's order at once."""
+    conversations = list(map(messages_of, rows))
+    lengths = np.fromiter(map(len, conversations), dtype=np.int64, count=len(conversations))
+    if not lengths.all():
+        return False  # no messages
+    messages = list(chain.from_iterable(conversations))
+    try:
+        side = np.fromiter(map(sides.__getitem__, map(_role_of, messages)), dtype=np.int8, count=len(messages))
+    except KeyError:
+        return False  # a role that no tag names
+    starts = np.cumsum(lengths) - lengths  # each row's first message
+    first_turn = starts + (side[starts] == _SYSTEM)
+    turns = starts + lengths - first_turn
+    if not bool(((turns > 0) & (turns % 2 == 0)).all()):
+        return False  # no turns, or the last user turn has no answer
+    position = np.arange(len(messages)) - np.repeat(first_turn, lengths)  # -1: the leading system message
+    expected = np.where(position < 0, _SYSTEM, np.where(position % 2 == 0, _USER, _ASSISTANT))
+    if not bool((side == expected).all()):
+        return False  # roles out of order
+    contents = list(map(_content_of, messages))
+    if all(contents) and not any(map(str.isspace, contents)):
+        return True  # the common case
+    return not any(s == _ASSISTANT and _blank(text) for s, text in zip(side.tolist(), contents, strict=True))
 
 
 # -- the bytes ------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ _MISSING = object()
 # Mapped columns that a row may leave out (datasets then fills in null), but that some row must have:
 # the converter indexes them on every row, so a column that no row has ends in KeyError.
 OPTIONAL_ALPACA_KEYS = ("query", "history", "system", "tools", "images", "videos", "audios", "kto_tag")
-_OPTIONAL_CHAT = ("system", "tools", "images", "videos", "audios", "kto_tag")
+OPTIONAL_CHAT_KEYS = ("system", "tools", "images", "videos", "audios", "kto_tag")
 _ROLE_CONTENT_TAGS = {
     "role_tag": "role",
     "content_tag": "content",
@@ -44,7 +44,7 @@ class RowRules:
 
 
 def make_rules(mapping: RowMapping) -> RowRules:
-    optional = OPTIONAL_ALPACA_KEYS if mapping.formatting == "alpaca" else _OPTIONAL_CHAT
+    optional = OPTIONAL_ALPACA_KEYS if mapping.formatting == "alpaca" else OPTIONAL_CHAT_KEYS
     unseen = {mapping.columns[key]: key for key in optional if mapping.columns.get(key)}
     if mapping.formatting == "alpaca":
         return RowRules(_alpaca_check(mapping, unseen), _alpaca_text(mapping), unseen, mapping)

@@ -105,14 +105,14 @@ def test_history_pairs_are_typed(tmp_path):
 @pytest.mark.parametrize(
     "mapping",
     [
-        resolve_mapping({"file_name": "x", "formatting": "sharegpt"}),
+        resolve_mapping({"file_name": "x", "formatting": "openai"}),
         resolve_mapping(
             {"file_name": "x", "ranking": True, "columns": {"prompt": "q", "chosen": "c", "rejected": "r"}}
         ),
         resolve_mapping({"file_name": "x", "columns": {"prompt": "t", "response": "t"}}),  # one column, two roles
         resolve_mapping({"file_name": "x", "columns": {"response": "a"}}),  # no prompt column
     ],
-    ids=["sharegpt", "ranking", "shared-column", "no-prompt"],
+    ids=["openai", "ranking", "shared-column", "no-prompt"],
 )
 def test_formats_it_does_not_cover_step_aside(tmp_path, mapping):
     path = write(tmp_path, jsonl([ROW]))
@@ -251,3 +251,95 @@ def test_a_progress_bar_starts_over_when_the_scan_takes_over(tmp_path, capsys):
     assert [b.line for b in shown.bad_rows] == [51]
     assert shown.as_json() == validate_dataset(path, progress=False, fast=False).as_json()
     assert "qa.jsonl" in capsys.readouterr().err  # the bar, labelled with the file
+
+
+# -- sharegpt -------------------------------------------------------------------------------------
+
+SHAREGPT = resolve_mapping({"file_name": "x", "formatting": "sharegpt"})
+
+
+def turn(role: str, value: object) -> dict:
+    return {"from": role, "value": value}
+
+
+def chat(*turns: dict, **extra: object) -> dict:
+    return {"conversations": list(turns), **extra}
+
+
+CLEAN_CHATS = [
+    chat(turn("human", "Hi"), turn("gpt", "Hello.")),
+    chat(turn("system", "Be brief."), turn("human", "Q1"), turn("gpt", "A1"), turn("human", "Q2"), turn("gpt", "A2")),
+    chat(turn("human", "Weather?"), turn("function_call", "{}"), turn("observation", "sun"), turn("gpt", "Sunny.")),
+    chat(turn("human", ""), turn("gpt", "A blank question is allowed."), id=3),
+    chat(turn("system", 5), turn("human", "Is a system value read as a turn?"), turn("gpt", "No, so it is free.")),
+]
+
+
+def test_clean_sharegpt_is_proven_clean(tmp_path):
+    path = write(tmp_path, jsonl(CLEAN_CHATS[:4]))
+    clean = prove(path, SHAREGPT)
+    assert clean is not None and clean.rows == 4
+    assert both_ways(path, formatting="sharegpt")["ok"]
+
+
+def test_sharegpt_with_role_content_tags(tmp_path):
+    entry = {"file_name": "chat.jsonl", "formatting": "sharegpt", "columns": {"messages": "messages"}}
+    entry["tags"] = {"role_tag": "role", "content_tag": "content", "user_tag": "user", "assistant_tag": "assistant"}
+    (tmp_path / "dataset_info.json").write_text(json.dumps({"chat": entry}))
+    rows = [{"messages": [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "A"}]}] * 3
+    path = write(tmp_path, jsonl(rows), "chat.jsonl")
+    assert prove(path, resolve_mapping(entry)).rows == 3
+    fast = validate_dataset("chat", tmp_path).as_json()
+    assert fast == validate_dataset("chat", tmp_path, fast=False).as_json() and fast["ok"]
+
+
+CHAT_DEFECTS = {
+    "roles out of order": chat(turn("gpt", "A"), turn("human", "Q")),
+    "odd number of turns": chat(turn("human", "Q"), turn("gpt", "A"), turn("human", "Q2")),
+    "blank answer": chat(turn("human", "Q"), turn("gpt", " ")),
+    "empty answer": chat(turn("human", "Q"), turn("gpt", "")),
+    "system only": chat(turn("system", "Be brief.")),
+    "no messages": chat(),
+    "role no tag names": chat(turn("human", "Q"), turn("bot", "A")),
+    "system in the middle": chat(turn("human", "Q"), turn("system", "S"), turn("gpt", "A")),
+    "two user turns": chat(turn("human", "Q"), turn("observation", "O"), turn("gpt", "A")),
+    "number as a value": chat(turn("human", "Q"), turn("gpt", 3)),
+    "null role": chat(turn("human", "Q"), {"from": None, "value": "A"}),
+    "message without value": chat(turn("human", "Q"), {"from": "gpt"}),
+    "not a list": {"conversations": "Q: hi A: hello"},
+    "alpaca row": ROW,
+}
+
+
+@pytest.mark.parametrize("name", list(CHAT_DEFECTS))
+def test_what_it_cannot_prove_in_sharegpt_is_scanned_line_by_line(tmp_path, name):
+    path = write(tmp_path, jsonl([CLEAN_CHATS[0], CHAT_DEFECTS[name], CLEAN_CHATS[1]]))
+    assert prove(path, SHAREGPT) is None
+    both_ways(path, formatting="sharegpt")
+
+
+_roles = st.sampled_from(["human", "gpt", "system", "observation", "function_call", "bot"])
+_chat_turn = st.fixed_dictionaries({"from": _roles, "value": st.one_of(_clean_text, _any_text)})
+_clean_chat = st.lists(st.sampled_from(CLEAN_CHATS[:4]), min_size=1, max_size=8)
+_odd_chat = st.builds(lambda turns: {"conversations": turns}, st.lists(_chat_turn, max_size=5))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    rows=_clean_chat,
+    odd_row=st.none() | st.just(CLEAN_CHATS[4]) | _odd_chat,
+    edit=_edit,
+    where=st.floats(0, 1),
+    chunk=st.integers(200, 2000),  # the longest clean line is 193 bytes
+)
+def test_a_sharegpt_report_is_the_same_with_and_without_the_fast_path(
+    tmp_path, monkeypatch, rows, odd_row, edit, where, chunk
+):
+    monkeypatch.setattr(dataset_fast, "CHUNK_BYTES", chunk)
+    if odd_row is not None:
+        rows.insert(int(where * len(rows)), odd_row)
+    path = write(tmp_path, _apply(jsonl(rows), edit, where))
+    if path.read_bytes().lstrip()[:1] in (b"", b"["):
+        return
+    event("proven clean" if prove(path, SHAREGPT) is not None else "left to the scan")
+    both_ways(path, formatting="sharegpt")
