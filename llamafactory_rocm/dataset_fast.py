@@ -72,10 +72,10 @@ def prove_clean(
         return None
     rows = newlines = 0
     seen: set[str] = set()
-    for chunk, final in _chunks(path, start, end):
+    for chunk in _chunks(path, start, end):
         if on_bytes is not None:
             on_bytes(len(chunk))
-        counted = _one_row_per_line(chunk, final)
+        counted = _one_row_per_line(chunk)
         if counted is None or not _is_utf8(chunk):
             return None
         try:
@@ -240,10 +240,9 @@ def _sharegpt_rows_pass(sides: dict[Any, int], messages_of: Callable[[Any], list
 # -- the bytes ------------------------------------------------------------------------------------
 
 
-def _chunks(path: Path, start: int, end: int) -> Iterator[tuple[memoryview, bool]]:
-    """``(chunk, final)``: the range in pieces that end just after a newline (the final one may not).
-    One reused buffer. A line longer than a chunk comes out unterminated and not final, which
-    ``_one_row_per_line`` refuses: such files take the line-by-line scan."""
+def _chunks(path: Path, start: int, end: int) -> Iterator[memoryview]:
+    """The range in pieces of about ``CHUNK_BYTES``, each ending just after a newline (the last one
+    may not). One buffer, reused; a line longer than a chunk makes it grow."""
     buf = bytearray(2 * CHUNK_BYTES)
     view = memoryview(buf)
     kept = 0  # bytes after the last chunk's final newline, moved to the front
@@ -251,23 +250,27 @@ def _chunks(path: Path, start: int, end: int) -> Iterator[tuple[memoryview, bool
     with open(path, "rb", buffering=0) as handle:
         handle.seek(start)
         while True:
+            if len(buf) - kept < CHUNK_BYTES:  # a long line fills the buffer: a bigger one (the caller
+                buf = bytearray(2 * len(buf))  # may still hold a view of the old one)
+                buf[:kept] = view[:kept]
+                view = memoryview(buf)
             n = handle.readinto(view[kept : kept + min(CHUNK_BYTES, remaining)]) if remaining > 0 else 0
             remaining -= n
             filled = kept + n
-            final = remaining <= 0
-            if final and not filled:
+            if remaining <= 0:
+                if filled:
+                    yield view[:filled]
                 return
-            cut = filled if final else (buf.rfind(b"\n", 0, filled) + 1 or filled)
-            yield view[:cut], final
-            if final:
-                return
+            cut = buf.rfind(b"\n", 0, filled) + 1
             kept = filled - cut
-            buf[:kept] = view[cut:filled]
+            if cut:
+                yield view[:cut]
+                buf[:kept] = bytes(view[cut:filled]) if kept > cut else view[cut:filled]  # memcpy: no overlap
 
 
-def _one_row_per_line(chunk: memoryview, final: bool) -> tuple[int, int] | None:
+def _one_row_per_line(chunk: memoryview) -> tuple[int, int] | None:
     """``(lines, newlines)`` when every line starts with ``{`` and ends with ``}`` (``}\\r`` in a
-    CRLF file), nothing else; else None.
+    CRLF file), nothing else; else None. Only the range's last chunk may lack a final newline.
 
     Why that and a row count equal to the line count prove one row per line: inside a JSON value a
     ``}`` can be followed only by ``,``, ``}``, ``]`` or the end, never by ``{``, and a raw newline
@@ -279,13 +282,11 @@ def _one_row_per_line(chunk: memoryview, final: bool) -> tuple[int, int] | None:
         return None
     ends = np.flatnonzero(data == _LF)
     closed = len(ends) and ends[-1] == len(data) - 1
-    if not closed and not final:
-        return None
     starts = ends[:-1] + 1 if closed else ends + 1
     if not _all_equal(data[starts], _OPEN):
         return None
     last = ends if closed else np.append(ends, len(data))  # one past each line's last byte
-    crlf = _all_equal(data[last - 1], _CR)  # then every line is at least "{\r": last - 2 is in the line
+    crlf = _all_equal(data[last - 1], _CR)  # then every line is at least "{\\r": last - 2 is in the line
     if not _all_equal(data[last - (2 if crlf else 1)], _CLOSE):
         return None
     return len(last), len(ends)

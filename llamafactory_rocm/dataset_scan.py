@@ -115,7 +115,8 @@ def _decoded_chunks(
             newline = buf.rfind(b"\n", 0, cut)
             column = cut - (newline + 1) if newline >= 0 else column + cut
             kept = end - cut
-            buf[:kept] = view[cut:end]  # same size: the buffer is not resized
+            # Same size: the buffer is not resized. A copy first where the two overlap (memcpy underneath).
+            buf[:kept] = bytes(view[cut:end]) if kept > cut else view[cut:end]
     finally:
         view.release()
 

@@ -158,11 +158,14 @@ def test_what_it_cannot_prove_is_scanned_line_by_line(tmp_path, name):
     both_ways(path)
 
 
-def test_a_line_longer_than_a_chunk_is_left_to_the_scan(tmp_path, monkeypatch):
+def test_a_line_longer_than_a_chunk_is_proven_too(tmp_path, monkeypatch):
     monkeypatch.setattr(dataset_fast, "CHUNK_BYTES", 64)
-    path = write(tmp_path, jsonl([ROW, {**ROW, "output": "x" * 200}, ROW]))
-    assert prove(path) is None
+    path = write(tmp_path, jsonl([ROW, {**ROW, "output": "x" * 1000}, ROW, {**ROW, "input": "y" * 300}]))
+    assert prove(path).rows == 4
     assert both_ways(path)["ok"]
+    path = write(tmp_path, jsonl([ROW, {**ROW, "output": " " * 1000}, ROW]))
+    assert prove(path) is None
+    assert [b["line"] for b in both_ways(path)["bad_rows"]] == [2]
 
 
 def test_workers_prove_clean_ranges_and_scan_the_others(tmp_path, monkeypatch):
