@@ -28,7 +28,7 @@ import msgspec
 import numpy as np
 
 from .dataset_entry import RowMapping
-from .dataset_rows import OPTIONAL_ALPACA_KEYS, OPTIONAL_CHAT_KEYS
+from .dataset_rows import OPTIONAL_ALPACA_KEYS, OPTIONAL_CHAT_KEYS, is_blank
 
 # A thousand-odd rows per decode call: the chunk and the structs made from it stay in the CPU's
 # cache, which on two cores sharing memory measured faster than 4 MB chunks (bench_validate).
@@ -163,11 +163,7 @@ def _alpaca_rows_pass(
         return False
     if not any(map(str.isspace, map(prompt, rows))):
         return True  # the common case
-    return not any(_blank(query(row)) for row in rows if prompt(row).isspace())
-
-
-def _blank(value: Any) -> bool:
-    return not isinstance(value, str) or not value or value.isspace()
+    return not any(is_blank(query(row)) for row in rows if prompt(row).isspace())
 
 
 # -- sharegpt -------------------------------------------------------------------------------------
@@ -234,7 +230,7 @@ def _sharegpt_rows_pass(sides: dict[Any, int], messages_of: Callable[[Any], list
     contents = list(map(_content_of, messages))
     if all(contents) and not any(map(str.isspace, contents)):
         return True  # the common case
-    return not any(s == _ASSISTANT and _blank(text) for s, text in zip(side.tolist(), contents, strict=True))
+    return not any(s == _ASSISTANT and is_blank(text) for s, text in zip(side.tolist(), contents, strict=True))
 
 
 # -- the bytes ------------------------------------------------------------------------------------

@@ -63,7 +63,7 @@ def _mark_seen(row: dict[str, Any], unseen: dict[str, str]) -> None:
         del unseen[column]
 
 
-def _blank(value: Any) -> bool:
+def is_blank(value: Any) -> bool:
     return not value or (isinstance(value, str) and value.isspace())
 
 
@@ -139,7 +139,7 @@ def _pair_problem(row: dict[str, Any], chosen: str | None, rejected: str | None)
         value = row.get(column, _MISSING)
         if value is _MISSING:
             return f"missing column '{column}' (ranking rows need chosen and rejected)"
-        if _blank(value):
+        if is_blank(value):
             return f"empty '{column}': a ranking row needs both answers"
     return None
 
