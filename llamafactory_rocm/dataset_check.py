@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .dataset_entry import (
     COLUMN_KEYS,
@@ -29,7 +29,6 @@ from .dataset_entry import (
     resolve_mapping,
     source_of,
 )
-from .dataset_fast import CleanRange, prove_clean
 from .dataset_parallel import MIN_PARALLEL_BYTES, can_fork, default_jobs, is_json_lines, scan_parallel
 from .dataset_rows import RowRules, make_rules, role_content_tags
 from .dataset_scan import ScanError, ScanStats, iter_rows
@@ -37,6 +36,9 @@ from .errors import UsageError
 from .findings import Finding, Level
 from .fsutil import atomic_write_text, first_free_name
 from .resources import datasets_dir
+
+if TYPE_CHECKING:  # dataset_fast loads numpy and msgspec: only when a file is checked (CLI start-up)
+    from .dataset_fast import CleanRange
 
 __all__ = [
     "COLUMN_KEYS",
@@ -284,6 +286,8 @@ def _check_file(report: DatasetReport, path: Path, rules: RowRules, options: _Sc
             if _parallel(path, size, options):
                 return _scan_rows_parallel(report, path, rules, options, label, bar.update)
             if options.fast and options.tokens is None and is_json_lines(path):
+                from .dataset_fast import prove_clean
+
                 assert rules.mapping is not None
                 clean = prove_clean(path, 0, size, rules.mapping, bar.update)
                 if clean is not None:

@@ -21,7 +21,6 @@ from itertools import pairwise
 from pathlib import Path
 
 from .dataset_entry import RowMapping
-from .dataset_fast import prove_clean
 from .dataset_rows import make_rules
 from .dataset_scan import ScanError, ScanStats, iter_rows
 
@@ -79,6 +78,8 @@ def plan_ranges(path: Path, size: int, parts: int) -> list[tuple[int, int]]:
 def scan_range(task: tuple[str, int, int, RowMapping, int, bool]) -> RangeResult:
     """One byte range: proven clean by the fast path (when ``fast``), else the same rules and loop
     as a one-process scan."""
+    from .dataset_fast import prove_clean  # loaded by scan_parallel before the fork
+
     path, start, end, mapping, max_errors, fast = task
     rules = make_rules(mapping)
     clean = prove_clean(Path(path), start, end, mapping) if fast else None
@@ -117,6 +118,8 @@ def scan_parallel(
     size = path.stat().st_size
     ranges = plan_ranges(path, size, max(jobs, -(-size // RANGE_BYTES)))
     tasks = [(str(path), start, end, mapping, max_errors, fast) for start, end in ranges]
+    from . import dataset_fast  # noqa: F401 (numpy and msgspec load here once, not in every forked worker)
+
     offset = 0
     with multiprocessing.get_context("fork").Pool(min(jobs, len(tasks))) as pool:
         for (start, end), result in zip(ranges, pool.imap(scan_range, tasks), strict=True):

@@ -346,3 +346,13 @@ def test_a_sharegpt_report_is_the_same_with_and_without_the_fast_path(
         return
     event("proven clean" if prove(path, SHAREGPT) is not None else "left to the scan")
     both_ways(path, formatting="sharegpt")
+
+
+def test_the_cli_starts_without_the_fast_paths_libraries():
+    """numpy and msgspec load when a file is checked, not for `llamafactory-rocm --help` or `presets`."""
+    import subprocess
+    import sys
+
+    code = "import sys, llamafactory_rocm.cli.main; print(sorted({'numpy', 'msgspec'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
