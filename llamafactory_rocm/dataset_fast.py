@@ -29,6 +29,7 @@ import numpy as np
 
 from .dataset_entry import RowMapping
 from .dataset_rows import OPTIONAL_ALPACA_KEYS, OPTIONAL_CHAT_KEYS, is_blank
+from .dataset_scan import carry_to_front
 
 # A thousand-odd rows per decode call: the chunk and the structs made from it stay in the CPU's
 # cache, which on two cores sharing memory measured faster than 4 MB chunks (bench_validate).
@@ -258,10 +259,11 @@ def _chunks(path: Path, start: int, end: int) -> Iterator[memoryview]:
                     yield view[:filled]
                 return
             cut = buf.rfind(b"\n", 0, filled) + 1
-            kept = filled - cut
             if cut:
                 yield view[:cut]
-                buf[:kept] = bytes(view[cut:filled]) if kept > cut else view[cut:filled]  # memcpy: no overlap
+                kept = carry_to_front(buf, view, cut, filled)
+            else:
+                kept = filled  # no newline yet: read on behind it
 
 
 def _one_row_per_line(chunk: memoryview) -> tuple[int, int] | None:

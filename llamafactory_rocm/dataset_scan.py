@@ -114,11 +114,17 @@ def _decoded_chunks(
                 return
             newline = buf.rfind(b"\n", 0, cut)
             column = cut - (newline + 1) if newline >= 0 else column + cut
-            kept = end - cut
-            # Same size: the buffer is not resized. A copy first where the two overlap (memcpy underneath).
-            buf[:kept] = bytes(view[cut:end]) if kept > cut else view[cut:end]
+            kept = carry_to_front(buf, view, cut, end)
     finally:
         view.release()
+
+
+def carry_to_front(buf: bytearray, view: memoryview, start: int, end: int) -> int:
+    """Move ``buf[start:end]`` to the front of ``buf`` (a view of it may be held, so its size stays);
+    returns the bytes moved. The slice assignment is a memcpy: where the two overlap, copy first."""
+    kept = end - start
+    buf[:kept] = bytes(view[start:end]) if kept > start else view[start:end]
+    return kept
 
 
 def _cut_point(buf: bytearray, end: int) -> int:
