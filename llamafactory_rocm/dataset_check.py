@@ -284,14 +284,17 @@ def _check_file(report: DatasetReport, path: Path, rules: RowRules, options: _Sc
         size = path.stat().st_size
         with _ProgressBar(path, size, options.progress) as bar:
             if _parallel(path, size, options):
-                return _scan_rows_parallel(report, path, rules, options, label, bar.update)
-            if options.fast and options.tokens is None and is_json_lines(path):
+                good = _scan_rows_parallel(report, path, rules, options, label, bar.update)
+                if good is not None:
+                    return good
+                bar.restart()  # ranges whose column types disagree: read again, in one pass
+            elif options.fast and options.tokens is None and is_json_lines(path):
                 from .dataset_fast import prove_clean
 
                 assert rules.mapping is not None
                 clean = prove_clean(path, 0, size, rules.mapping, bar.update)
-                if clean is not None:
-                    return _record_clean(report, rules, clean)
+                if clean is not None and _record_clean(report, rules, clean, label):
+                    return clean.rows
                 bar.restart()  # not proven: every byte is read again, line by line
             return _scan_rows(report, path, rules, options, label, bar.update)
     except OSError as err:
@@ -309,11 +312,13 @@ def _scan_rows(
 ) -> int:
     """The hot loop: one check per row; bad rows past max_errors are only counted. Returns good rows."""
     stats = ScanStats()
-    check, text, tokens = rules.check, rules.text, options.tokens
+    check, text, tokens, types = rules.check, rules.text, options.tokens, rules.types
     good = bad_rows = not_rows = 0
     bad = report.bad_rows
     for line, value in iter_rows(path, stats, on_bytes=on_bytes):
         reason = check(value)
+        if reason is None:
+            reason = types.conflict(value, line, label)
         if reason is None:
             good += 1
             if tokens is not None:
@@ -334,14 +339,18 @@ def _scan_rows(
     return good
 
 
-def _record_clean(report: DatasetReport, rules: RowRules, clean: CleanRange) -> int:
+def _record_clean(report: DatasetReport, rules: RowRules, clean: CleanRange, label: str | None) -> bool:
     """A file the fast path proved clean: what ``_scan_rows`` would have recorded, without a row read
-    in Python. (Every line one whole row, so the line-by-line scan reads the same rows, line for line.)"""
+    in Python. (Every line one whole row, so the line-by-line scan reads the same rows, line for line.)
+    False, recording nothing, where its column types disagree with an earlier file's: scan it then."""
+    if rules.types.disagreement(clean.types) is not None:
+        return False
+    rules.types.absorb(clean.types, file=label)
     report.rows += clean.rows
     report.layout = report.layout or "json-lines"
     for column in clean.seen:
         rules.unseen.pop(column, None)
-    return clean.rows
+    return True
 
 
 def _parallel(path: Path, size: int, options: _ScanOptions) -> bool:
@@ -361,13 +370,21 @@ def _scan_rows_parallel(
     options: _ScanOptions,
     label: str | None,
     on_bytes: Callable[[int], None] | None,
-) -> int:
+) -> int | None:
     """As ``_scan_rows``, over byte ranges in worker processes; the same report, line for line
-    (but for the one case in ``dataset_parallel``'s docstring)."""
+    (but for the one case in ``dataset_parallel``'s docstring). None, recording nothing, where a
+    range's column types disagree with those before it: each range checked its rows against its
+    own first rows, so only one pass over the file can say which rows stray; the caller makes it."""
     assert rules.mapping is not None
     good = 0
     unseen = set(rules.unseen)
-    ranges = scan_parallel(path, rules.mapping, options.max_errors, options.jobs, on_bytes, fast=options.fast)
+    ranges = list(scan_parallel(path, rules.mapping, options.max_errors, options.jobs, on_bytes, fast=options.fast))
+    types = rules.types.copy()
+    for offset, part in ranges:
+        if types.disagreement(part.types, offset) is not None:
+            return None
+        types.absorb(part.types, offset, label)
+    rules.types = types
     for offset, part in ranges:
         good += part.good
         report.rows += part.good + part.bad_count - part.not_rows

@@ -30,6 +30,8 @@ import numpy as np
 from .dataset_entry import RowMapping
 from .dataset_rows import OPTIONAL_ALPACA_KEYS, OPTIONAL_CHAT_KEYS, is_blank
 from .dataset_scan import carry_to_front
+from .dataset_types import ITEM, ColumnTypes
+from .dataset_types import Path as TypePath
 
 # A thousand-odd rows per decode call: the chunk and the structs made from it stay in the CPU's
 # cache, which on two cores sharing memory measured faster than 4 MB chunks (bench_validate).
@@ -37,28 +39,31 @@ CHUNK_BYTES = 512 << 10
 _LF, _CR, _OPEN, _CLOSE = 0x0A, 0x0D, 0x7B, 0x7D  # \n \r { }
 
 _TEXT = Annotated[str, msgspec.Meta(min_length=1)]  # a string, not empty (checked in C)
-# How the row struct types the optional columns that the row rules look into. The others are typed
-# Any, only to see whether some row has them (a mapped column that no row has is a KeyError).
+# The optional columns that the row rules look into, typed as those rules demand.
 _OPTIONAL_TYPES: dict[str, Any] = {
     "query": str | None | msgspec.UnsetType,  # absent, null or a string
     "history": list[tuple[str, str]] | None | msgspec.UnsetType,  # or a list of [prompt, response] pairs
 }
 Field = tuple[str, Any, Any]  # (data column, type, default)
+# A file whose chunks keep bringing new keys (ids used as keys, say) is left to the line-by-line scan.
+MAX_LEARNED_CHUNKS = 32
+_PLAIN = msgspec.json.Decoder()  # any JSON, as Python objects
 
 
 @dataclass(frozen=True)
 class CleanRange:
     """A range proven clean: every line one good row. ``seen`` holds the optional mapped columns
-    that at least one of its rows has."""
+    that at least one of its rows has; ``types`` the type of every column (lines from the range's)."""
 
     rows: int
     newlines: int
     seen: frozenset[str]
+    types: ColumnTypes
 
 
 @dataclass(frozen=True)
 class _Plan:
-    decoder: msgspec.json.Decoder  # of rows typed as the row rules demand
+    decoder_for: Callable[[ColumnTypes], msgspec.json.Decoder | None]  # rows typed as rules and types demand
     rows_pass: Callable[[list[Any]], bool]  # the rules that typing leaves, over a chunk's rows
     optional: dict[str, Callable[[Any], Any]]  # data column -> its getter (UNSET where a row lacks it)
 
@@ -67,23 +72,36 @@ def prove_clean(
     path: Path, start: int, end: int, mapping: RowMapping, on_bytes: Callable[[int], None] | None = None
 ) -> CleanRange | None:
     """``CleanRange`` when every line of ``path[start:end]`` is one row that the line-by-line scan
-    would pass; None otherwise (then scan the range that way). ``start`` lies just after a newline."""
+    would pass; None otherwise (then scan the range that way). ``start`` lies just after a newline.
+
+    Column types: the decoder types every column as the rows so far had it (``dataset_types``), and
+    refuses keys it has not seen. The first chunk, and any chunk it refuses, is first read as plain
+    JSON to learn its types (a clash ends the proof); then the decoder is rebuilt. So each type's
+    first row is recorded, and a row that strays from its column's type never passes in C.
+    """
     plan = _plan(mapping)
     if plan is None:
         return None
-    rows = newlines = 0
+    rows = newlines = learned = 0
     seen: set[str] = set()
+    types = ColumnTypes()
+    decoder: msgspec.json.Decoder | None = None
     for chunk in _chunks(path, start, end):
         if on_bytes is not None:
             on_bytes(len(chunk))
         counted = _one_row_per_line(chunk)
         if counted is None or not _is_utf8(chunk):
             return None
-        try:
-            structs = plan.decoder.decode_lines(chunk)
-        except (msgspec.DecodeError, RecursionError):  # ValidationError is a DecodeError
-            return None
         lines, chunk_newlines = counted
+        structs = _decode(decoder, chunk)
+        if structs is None:  # the first chunk, a new key or type, or a bad row: learn, then try again
+            learned += 1
+            if learned > MAX_LEARNED_CHUNKS or not _learn_types(types, chunk, rows):
+                return None
+            decoder = plan.decoder_for(types)
+            structs = _decode(decoder, chunk)
+            if structs is None:
+                return None
         if len(structs) != lines or not plan.rows_pass(structs):
             return None
         rows += lines
@@ -91,7 +109,29 @@ def prove_clean(
         for column, get in plan.optional.items():
             if column not in seen and any(map(operator.is_not, map(get, structs), repeat(msgspec.UNSET))):
                 seen.add(column)
-    return CleanRange(rows, newlines, frozenset(seen))
+    return CleanRange(rows, newlines, frozenset(seen), types)
+
+
+def _decode(decoder: msgspec.json.Decoder | None, chunk: memoryview) -> list[Any] | None:
+    if decoder is None:
+        return None
+    try:
+        return decoder.decode_lines(chunk)
+    except (msgspec.DecodeError, RecursionError):  # ValidationError is a DecodeError
+        return None
+
+
+def _learn_types(types: ColumnTypes, chunk: memoryview, rows_before: int) -> bool:
+    """Record the column types of a chunk's rows, read as plain JSON; False where they clash (or it
+    is not rows of objects): the line-by-line scan then says where."""
+    try:
+        values = _PLAIN.decode_lines(chunk)
+    except (msgspec.DecodeError, RecursionError):
+        return False
+    for index, value in enumerate(values, start=rows_before + 1):
+        if type(value) is not dict or types.conflict(value, index) is not None:
+            return False
+    return True
 
 
 def _plan(mapping: RowMapping) -> _Plan | None:
@@ -104,30 +144,69 @@ def _plan(mapping: RowMapping) -> _Plan | None:
     return None
 
 
-def _row_struct(
-    name: str, fields: dict[str, Field], columns: Mapping[str, Any], optional_keys: tuple[str, ...]
-) -> tuple[Any, dict[str, Callable[[Any], Any]]] | None:
-    """``(struct, optional getters)``: ``fields`` plus the mapped optional columns, each field named
-    by its mapping key (always a valid name) and renamed to its data column. None where the mapping
-    cannot be a struct: a column that is not a string, one column in two roles (the scan explains)."""
+def _row_fields(
+    fields: dict[str, Field], columns: Mapping[str, Any], optional_keys: tuple[str, ...]
+) -> dict[str, Field] | None:
+    """``fields`` (typed by the row rules) plus the other mapped optional columns (typed by the data),
+    each named by its mapping key and renamed to its data column. None where the mapping cannot be a
+    struct: a column that is not a string, one column in two roles (the scan explains)."""
     fields = dict(fields)
     for key in optional_keys:
         if columns.get(key):
-            fields.setdefault(key, (columns[key], Any, msgspec.UNSET))
+            fields.setdefault(key, (columns[key], None, msgspec.UNSET))  # None: typed as the data has it
     data_columns = [column for column, _, _ in fields.values()]
     if not all(isinstance(c, str) and c for c in data_columns) or len(set(data_columns)) != len(data_columns):
         return None
+    return fields
+
+
+def _optional_getters(fields: dict[str, Field], optional_keys: tuple[str, ...]) -> dict[str, Callable[[Any], Any]]:
+    return {fields[key][0]: operator.attrgetter(key) for key in fields if key in optional_keys}
+
+
+def _struct(name: str, types: ColumnTypes, path: TypePath, fields: dict[str, Field]) -> Any:
+    """A struct of ``fields`` (a None type: as the data has it) and every other key seen at ``path``,
+    typed as seen; it refuses keys not seen yet, so that a new one makes the caller learn it."""
+    fields = dict(fields)
+    taken = {column for column, _, _ in fields.values()}
+    for step in types.children(path):
+        if isinstance(step, str) and step not in taken:
+            fields[f"x_{len(fields)}"] = (step, None, msgspec.UNSET)
+    spec = [
+        (key, _data_type(types, (*path, column)) if kind is None else kind, default)
+        for key, (column, kind, default) in fields.items()
+    ]
+    return msgspec.defstruct(
+        name,
+        spec,
+        rename={key: column for key, (column, _, _) in fields.items()},
+        forbid_unknown_fields=True,
+        gc=False,  # rows of strings and numbers hold no cycles: no GC tracking, faster to build and free
+    )
+
+
+def _data_type(types: ColumnTypes, path: TypePath) -> Any:
+    """The type the rows so far gave ``path``, or null: null (only null so far) admits nothing else."""
+    kind = types.kind(path)
+    if kind == "string":
+        return str | None | msgspec.UnsetType
+    if kind == "number":
+        return int | float | None | msgspec.UnsetType
+    if kind == "boolean":
+        return bool | None | msgspec.UnsetType
+    if kind == "array":
+        item = _data_type(types, (*path, ITEM))
+        return list[item] | None | msgspec.UnsetType  # type: ignore[valid-type]
+    if kind == "object":
+        return _struct("Object", types, path, {}) | None | msgspec.UnsetType
+    return None | msgspec.UnsetType
+
+
+def _struct_or_none(name: str, types: ColumnTypes, fields: dict[str, Field]) -> msgspec.json.Decoder | None:
     try:
-        struct = msgspec.defstruct(
-            name,
-            [(key, kind, default) for key, (_, kind, default) in fields.items()],
-            rename={key: column for key, (column, _, _) in fields.items()},
-            gc=False,  # rows of strings hold no cycles: no GC tracking, faster to build and free
-        )
+        return msgspec.json.Decoder(_struct(name, types, (), fields))
     except (TypeError, ValueError):
         return None
-    optional = {fields[key][0]: operator.attrgetter(key) for key in fields if key in optional_keys}
-    return struct, optional
 
 
 # -- alpaca ---------------------------------------------------------------------------------------
@@ -142,13 +221,16 @@ def _alpaca_plan(columns: Mapping[str, Any]) -> _Plan | None:
     for key, kind in _OPTIONAL_TYPES.items():
         if columns.get(key):
             fields[key] = (columns[key], kind, msgspec.UNSET)
-    made = _row_struct("AlpacaRow", fields, columns, OPTIONAL_ALPACA_KEYS)
-    if made is None:
+    row_fields = _row_fields(fields, columns, OPTIONAL_ALPACA_KEYS)
+    if row_fields is None:
         return None
-    struct, optional = made
     query = operator.attrgetter("query") if "query" in fields else _always_unset
     check = partial(_alpaca_rows_pass, operator.attrgetter("prompt"), query, operator.attrgetter("response"))
-    return _Plan(msgspec.json.Decoder(struct), check, optional)
+    return _Plan(
+        partial(_struct_or_none, "AlpacaRow", fields=row_fields),
+        check,
+        _optional_getters(row_fields, OPTIONAL_ALPACA_KEYS),
+    )
 
 
 def _always_unset(_row: Any) -> Any:
@@ -191,16 +273,36 @@ def _sharegpt_plan(columns: Mapping[str, Any], tags: Mapping[str, Any]) -> _Plan
     names_ok = isinstance(role, str) and isinstance(content, str) and role and content and role != content
     if not (names_ok and tags["user_tag"] and tags["assistant_tag"]):
         return None
-    message = msgspec.defstruct(
-        "Message", [("role", str), ("content", str)], rename={"role": role, "content": content}, gc=False
-    )
-    fields: dict[str, Field] = {"messages": (columns["messages"], list[message], msgspec.NODEFAULT)}
-    made = _row_struct("ShareGPTRow", fields, columns, OPTIONAL_CHAT_KEYS)
-    if made is None:
+    messages = columns["messages"]
+    if not isinstance(messages, str) or not messages:
         return None
-    struct, optional = made
+    fields: dict[str, Field] = {"messages": (messages, None, msgspec.NODEFAULT)}  # typed per the types below
+    row_fields = _row_fields(fields, columns, OPTIONAL_CHAT_KEYS)
+    if row_fields is None:
+        return None
+    message_fields: dict[str, Field] = {
+        "role": (role, str, msgspec.NODEFAULT),
+        "content": (content, str, msgspec.NODEFAULT),
+    }
     check = partial(_sharegpt_rows_pass, sides, operator.attrgetter("messages"))
-    return _Plan(msgspec.json.Decoder(struct), check, optional)
+    return _Plan(
+        partial(_sharegpt_decoder, row_fields, message_fields),
+        check,
+        _optional_getters(row_fields, OPTIONAL_CHAT_KEYS),
+    )
+
+
+def _sharegpt_decoder(
+    row_fields: dict[str, Field], message_fields: dict[str, Field], types: ColumnTypes
+) -> msgspec.json.Decoder | None:
+    """Rows whose messages column is a list of messages: role and content strings, other keys as seen."""
+    column = row_fields["messages"][0]
+    try:
+        message = _struct("Message", types, (column, ITEM), message_fields)
+    except (TypeError, ValueError):
+        return None
+    fields = {**row_fields, "messages": (column, list[message], msgspec.NODEFAULT)}  # type: ignore[valid-type]
+    return _struct_or_none("ShareGPTRow", types, fields)
 
 
 _role_of, _content_of = operator.attrgetter("role"), operator.attrgetter("content")

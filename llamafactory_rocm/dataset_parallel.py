@@ -23,6 +23,7 @@ from pathlib import Path
 from .dataset_entry import RowMapping
 from .dataset_rows import make_rules
 from .dataset_scan import ScanError, ScanStats, iter_rows
+from .dataset_types import ColumnTypes
 
 MIN_PARALLEL_BYTES = 64 << 20  # below this, forking costs more than it saves
 RANGE_BYTES = 32 << 20  # several ranges per worker: even load, and progress as each one ends
@@ -37,6 +38,7 @@ class RangeResult:
     not_rows: int = 0
     bad_rows: list[tuple[int, str]] = field(default_factory=list)
     unseen: set[str] = field(default_factory=set)
+    types: ColumnTypes = field(default_factory=ColumnTypes)  # its rows' column types, lines as above
     newlines: int = 0
     empty: bool = False
     layout: str | None = None
@@ -85,12 +87,14 @@ def scan_range(task: tuple[str, int, int, RowMapping, int, bool]) -> RangeResult
     clean = prove_clean(Path(path), start, end, mapping) if fast else None
     if clean is not None:
         unseen = {column for column in rules.unseen if column not in clean.seen}
-        return RangeResult(good=clean.rows, unseen=unseen, newlines=clean.newlines, layout="json-lines")
-    check = rules.check
+        return RangeResult(clean.rows, unseen=unseen, types=clean.types, newlines=clean.newlines, layout="json-lines")
+    check, types = rules.check, rules.types
     stats = ScanStats()
     result = RangeResult()
     for line, value in iter_rows(Path(path), stats, start=start, end=end):
         reason = check(value)
+        if reason is None:
+            reason = types.conflict(value, line)
         if reason is None:
             result.good += 1
             continue
@@ -100,6 +104,7 @@ def scan_range(task: tuple[str, int, int, RowMapping, int, bool]) -> RangeResult
         if len(result.bad_rows) < max_errors:
             result.bad_rows.append((line, reason))
     result.unseen = set(rules.unseen)
+    result.types = types
     result.newlines = stats.end_line - 1
     result.empty, result.layout = stats.empty, stats.layout
     return result

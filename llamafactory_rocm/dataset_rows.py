@@ -13,6 +13,7 @@ from typing import Any
 
 from .dataset_entry import RowMapping, closest, json_kind
 from .dataset_scan import ScanError
+from .dataset_types import ColumnTypes
 
 Check = Callable[[Any], "str | None"]
 _MISSING = object()
@@ -35,12 +36,14 @@ _ROLE_CONTENT_TAGS = {
 @dataclass
 class RowRules:
     """``check(row)`` gives the reason a row is bad, or None; ``unseen`` holds the mapped optional
-    columns that no row has had so far; ``text(row)`` is the row's content, for token counts."""
+    columns that no row has had so far; ``text(row)`` is the row's content, for token counts;
+    ``types`` the type of every column of the good rows so far (one each, or the loader stops)."""
 
     check: Check
     text: Callable[[dict[str, Any]], str]
     unseen: dict[str, str] = field(default_factory=dict)  # column name in the data -> mapping key
     mapping: RowMapping | None = None
+    types: ColumnTypes = field(default_factory=ColumnTypes)
 
 
 def make_rules(mapping: RowMapping) -> RowRules:
