@@ -7,6 +7,9 @@ to N times faster. Only JSON lines split safely at newlines; a JSON array is sca
 A range scanned line by line starts reading at its first byte, as if a row began there: a JSON
 value written across the newlines where ranges meet (legal in one process, which reads a value
 across lines) reads differently here. One process (``jobs=1``) has no such seams.
+Column types (``dataset_types``) are checked per range against the range's own first rows; where a
+range's first types clash with those of the ranges before it, the caller checks the file again in
+one pass, the only way to name the rows that stray.
 Workers are forked (no re-import), and only where fork exists; a process that may hold threads
 (a training process, a loaded tokenizer) keeps to one process, which the callers decide.
 """

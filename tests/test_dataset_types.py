@@ -1,0 +1,227 @@
+"""One JSON type per column: the rule agrees with LLaMA-Factory's real loader, case by case, and
+every way of checking a file (the line-by-line scan, the fast path, worker processes, a folder of
+files) reports the same rows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from llamafactory_rocm import dataset_check, dataset_fast, dataset_parallel
+from llamafactory_rocm.dataset_check import validate_dataset
+from llamafactory_rocm.dataset_entry import resolve_mapping
+from llamafactory_rocm.dataset_fast import prove_clean
+from llamafactory_rocm.dataset_types import ColumnTypes, Seen
+
+ALPACA = resolve_mapping({"file_name": "x"})
+CHANGED = "changed from"  # every type finding quotes pyarrow's words
+
+
+def qa(i: int, **extra: object) -> dict:
+    return {"instruction": f"question {i}", "input": "", "output": f"answer {i}", **extra}
+
+
+def jsonl(rows: list[dict]) -> bytes:
+    return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows).encode()
+
+
+def type_findings(report) -> list[tuple[int, str]]:
+    return [(b.line, b.reason) for b in report.bad_rows if CHANGED in b.reason]
+
+
+# -- the rule -------------------------------------------------------------------------------------
+
+
+def test_null_fits_a_column_of_any_type_before_or_after():
+    types = ColumnTypes()
+    assert types.conflict({"id": None}, 1) is None
+    assert types.conflict({"id": "a"}, 2) is None
+    assert types.conflict({"id": None}, 3) is None
+    assert types.seen[("id",)] == Seen("string", 2)
+
+
+def test_integers_and_decimals_are_both_numbers():
+    types = ColumnTypes()
+    assert types.conflict({"score": 1}, 1) is None
+    assert types.conflict({"score": 0.5}, 2) is None
+
+
+def test_objects_may_differ_in_their_keys():
+    types = ColumnTypes()
+    assert types.conflict({"meta": {"a": 1}}, 1) is None
+    assert types.conflict({"meta": {"b": "x"}}, 2) is None
+    assert types.conflict({"meta": {}}, 3) is None
+
+
+def test_a_clash_names_the_column_both_types_and_the_first_row():
+    types = ColumnTypes()
+    types.conflict({"id": 1}, 4)
+    reason = types.conflict({"id": "x"}, 9)
+    assert reason is not None
+    assert reason.startswith("column /id is a string here but a number on line 4")
+    assert "Column(/id) changed from number to string" in reason
+
+
+def test_a_clash_deep_in_a_list_of_objects_names_its_path():
+    types = ColumnTypes()
+    types.conflict({"turns": [{"role": "user"}]}, 1)
+    reason = types.conflict({"turns": [{"role": "user"}, {"role": 2}]}, 2)
+    assert reason is not None and "Column(/turns/[]/role) changed from string to number" in reason
+
+
+def test_a_list_of_mixed_types_clashes_within_its_own_row():
+    reason = ColumnTypes().conflict({"tags": [1, "x"]}, 7)
+    assert reason is not None and "a number earlier in this row" in reason
+
+
+def test_a_row_that_clashes_records_nothing():
+    types = ColumnTypes()
+    types.conflict({"id": 1}, 1)
+    assert types.conflict({"new": "x", "id": "x"}, 2) is not None
+    assert ("new",) not in types.seen
+    assert types.conflict({"new": 5}, 3) is None  # its column's type comes from the first good row
+
+
+def test_types_of_later_rows_are_taken_in_with_their_lines_shifted():
+    first, later = ColumnTypes(), ColumnTypes()
+    first.conflict({"id": None}, 1)
+    later.conflict({"id": "x", "src": "web"}, 3)
+    assert first.disagreement(later, line_offset=100) is None
+    first.absorb(later, line_offset=100, file="b.jsonl")
+    assert first.seen[("id",)] == Seen("string", 103, "b.jsonl")
+    clash = ColumnTypes()
+    clash.conflict({"src": 1}, 2)
+    reason = first.disagreement(clash, line_offset=200)
+    assert reason is not None
+    assert reason.startswith("line 202: column /src is a number here but a string on b.jsonl:103")
+
+
+# -- agreement with the real loader ---------------------------------------------------------------
+
+# (first value, second value): each in its own row, with a column of the same name.
+LOADER_CASES = {
+    "int then decimal": (1, 2.5),
+    "number then string": (1, "x"),
+    "string then number": ("x", 1),
+    "boolean then number": (True, 1),
+    "string then boolean": ("x", True),
+    "null then string": (None, "x"),
+    "object then string": ({"a": 1}, "x"),
+    "object then null": ({"a": 1}, None),
+    "list then string": ([1], "x"),
+    "list of numbers then of strings": ([1], ["x"]),
+    "empty list then list of strings": ([], ["x"]),
+    "object field number then string": ({"a": 1}, {"a": "x"}),
+    "objects with other keys": ({"a": 1}, {"b": "x"}),
+    "list of objects, field changes": ([{"r": "u"}], [{"r": 1}]),
+    "date string then string": ("2024-01-01", "hello"),
+}
+
+
+def _loads(path: Path, cache: Path) -> bool:
+    datasets = pytest.importorskip("datasets")
+    datasets.disable_progress_bars()
+    try:
+        datasets.load_dataset("json", data_files=str(path), split="train", cache_dir=str(cache))
+    except Exception:  # any failure to load is what is compared
+        return False
+    return True
+
+
+@pytest.mark.parametrize("layout", ["jsonl", "json"])
+@pytest.mark.parametrize("first, then", list(LOADER_CASES.values()), ids=list(LOADER_CASES))
+def test_validation_fails_exactly_the_files_the_loader_fails_on(tmp_path, layout, first, then):
+    """LLaMA-Factory reads a local file with datasets.load_dataset("json") (a JSON array through
+    pandas): whatever it cannot load, validation reports, and only that."""
+    rows = [qa(0, extra=first), qa(1, extra=first), qa(2, extra=then)]
+    path = tmp_path / f"data.{layout}"
+    array = "[\n" + ",\n".join(map(json.dumps, rows)) + "\n]\n"  # row n on line n + 1
+    path.write_bytes(jsonl(rows) if layout == "jsonl" else array.encode())
+    report = validate_dataset(path)
+    loads = _loads(path, tmp_path / "cache")
+    assert report.ok == loads, report.summary()
+    assert [line for line, _ in type_findings(report)] == ([] if loads else [3 if layout == "jsonl" else 4])
+
+
+# -- every way of checking reports the same rows --------------------------------------------------
+
+
+def test_the_fast_path_learns_a_column_that_appears_late(tmp_path, monkeypatch):
+    monkeypatch.setattr(dataset_fast, "CHUNK_BYTES", 512)
+    rows = [qa(i) for i in range(200)] + [qa(i, source="web", meta={"n": i}) for i in range(200, 300)]
+    path = tmp_path / "late.jsonl"
+    path.write_bytes(jsonl(rows))
+    clean = prove_clean(path, 0, path.stat().st_size, ALPACA)
+    assert clean is not None
+    assert clean.types.seen[("source",)] == Seen("string", 201)
+    assert clean.types.seen[("meta", "n")] == Seen("number", 201)
+
+
+def test_the_fast_path_steps_aside_for_a_clash_and_the_scan_names_every_row(tmp_path, monkeypatch):
+    monkeypatch.setattr(dataset_fast, "CHUNK_BYTES", 512)
+    rows = [qa(i, id=i) for i in range(300)]
+    rows[120]["id"] = "a-120"
+    rows[250]["id"] = "a-250"
+    path = tmp_path / "ids.jsonl"
+    path.write_bytes(jsonl(rows))
+    assert prove_clean(path, 0, path.stat().st_size, ALPACA) is None
+    fast = validate_dataset(path)
+    assert fast.as_json() == validate_dataset(path, fast=False).as_json()
+    assert [line for line, _ in type_findings(fast)] == [121, 251]
+    assert fast.bad_row_count == 2 and fast.rows == 300
+
+
+def test_the_fast_path_gives_up_on_keys_that_never_stop_coming(tmp_path, monkeypatch):
+    """Ids used as keys make every chunk new: past MAX_LEARNED_CHUNKS the scan takes over."""
+    monkeypatch.setattr(dataset_fast, "CHUNK_BYTES", 256)
+    rows = [qa(i, scores={f"k{i}": i}) for i in range(400)]
+    path = tmp_path / "keys.jsonl"
+    path.write_bytes(jsonl(rows))
+    assert prove_clean(path, 0, path.stat().st_size, ALPACA) is None
+    assert validate_dataset(path).ok
+    monkeypatch.setattr(dataset_fast, "MAX_LEARNED_CHUNKS", 10_000)  # the limit, not the data, said no
+    assert prove_clean(path, 0, path.stat().st_size, ALPACA) is not None
+
+
+def test_ranges_that_disagree_are_checked_again_in_one_pass(tmp_path, monkeypatch):
+    """Each worker checks its rows against its own first rows; where a later range's types clash
+    with an earlier one's, only one pass can say which rows stray, and it runs."""
+    if not dataset_parallel.can_fork():
+        pytest.skip("no fork on this platform: the scan stays in one process")
+    monkeypatch.setattr(dataset_check, "MIN_PARALLEL_BYTES", 0)
+    monkeypatch.setattr(dataset_parallel, "RANGE_BYTES", 2048)
+    monkeypatch.setattr(dataset_fast, "CHUNK_BYTES", 512)
+    rows = [qa(i, id=i) for i in range(400)]
+    for i in range(300, 400):  # a whole range of string ids: clean on its own
+        rows[i]["id"] = f"a-{i}"
+    rows[50]["id"] = "a-50"
+    path = tmp_path / "ids.jsonl"
+    path.write_bytes(jsonl(rows))
+    many = validate_dataset(path, jobs=2, max_errors=1000)
+    assert many.as_json() == validate_dataset(path, fast=False, max_errors=1000).as_json()
+    assert [line for line, _ in type_findings(many)] == [51, *range(301, 401)]
+
+
+def test_files_of_a_folder_share_one_type_per_column(tmp_path):
+    """A folder loads as one dataset: a column typed one way in a.jsonl and another in b.jsonl fails."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "a.jsonl").write_bytes(jsonl([qa(i, id=i) for i in range(3)]))
+    (folder / "b.jsonl").write_bytes(jsonl([qa(i, id=f"x{i}") for i in range(3)]))
+    entry = {"file_name": "data"}
+    report = dataset_check.validate_entry("two", entry, tmp_path)
+    reference = dataset_check.validate_entry("two", entry, tmp_path, options=dataset_check._ScanOptions(fast=False))
+    assert report.as_json() == reference.as_json()
+    assert [(b.file, b.line) for b in report.bad_rows] == [("b.jsonl", 1), ("b.jsonl", 2), ("b.jsonl", 3)]
+    assert "a number on a.jsonl:1" in report.bad_rows[0].reason
+
+
+def test_the_bundled_datasets_keep_one_type_per_column():
+    from llamafactory_rocm.dataset_check import load_dataset_info
+    from llamafactory_rocm.resources import datasets_dir
+
+    for name in load_dataset_info(datasets_dir()) or {}:
+        report = validate_dataset(name)
+        assert not type_findings(report), report.summary()
