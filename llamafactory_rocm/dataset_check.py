@@ -32,6 +32,7 @@ from .dataset_entry import (
 from .dataset_parallel import MIN_PARALLEL_BYTES, can_fork, default_jobs, is_json_lines, scan_parallel
 from .dataset_rows import RowRules, make_rules, role_content_tags
 from .dataset_scan import ScanError, ScanStats, iter_rows
+from .dataset_types import LOADER_BATCH_BYTES, ColumnTypes
 from .errors import UsageError
 from .findings import Finding, Level
 from .fsutil import atomic_write_text, first_free_name
@@ -256,6 +257,7 @@ def _check_local(report: DatasetReport, path: Path, rules: RowRules, options: _S
         report.errors.append(f"{path} mixes file types ({', '.join(sorted(suffixes))}): LLaMA-Factory needs one")
     report.files = [str(f) for f in files]
     good = sum(_check_file(report, file, rules, options, file.name if labelled else None) for file in files)
+    good -= _add_late_rows(report, rules.types, first_batch_lines(files[0]), options.max_errors)
     if good:  # with no good row at all, a column never seen is a symptom of the bad rows, not news
         for column, key in rules.unseen.items():
             report.missing_columns[column] = key
@@ -271,8 +273,48 @@ def missing_column_error(column: str, key: str) -> str:
     )
 
 
+def first_batch_lines(path: Path) -> int | None:
+    """The lines of a JSON-lines file that datasets parses first, whose types fix everyone's: its first
+    10 MB and the rest of that line (``datasets/packaged_modules/json/json.py``). None: all of them
+    (a file of up to 10 MB, or a JSON array, which pandas reads whole)."""
+    try:
+        if path.stat().st_size <= LOADER_BATCH_BYTES or not is_json_lines(path):
+            return None
+        newlines, left = 0, LOADER_BATCH_BYTES
+        with open(path, "rb") as handle:
+            while left > 0:  # a megabyte at a time: validation's memory stays flat
+                piece = handle.read(min(left, 1 << 20))
+                if not piece:
+                    break
+                newlines, left = newlines + piece.count(b"\n"), left - len(piece)
+        return newlines + 1
+    except OSError:
+        return None  # reported by the scan
+
+
+def _add_late_rows(report: DatasetReport, types: ColumnTypes, first_batch: int | None, max_errors: int) -> int:
+    """Put the rows where the loader's first batch stops the load among the bad rows, in load order
+    (they were good rows: nothing else is wrong with them). Returns how many."""
+    late = types.late_rows(first_batch)
+    if not late:
+        return 0
+    order = {label: number for number, label in enumerate(types.files)}
+
+    def key(row: BadRow) -> tuple[int, int]:
+        return order.get(row.file, 0), row.line
+
+    rows = [BadRow(line, reason, types.files[number]) for (number, line), reason in late]
+    if report.bad_row_count > len(report.bad_rows) and report.bad_rows:  # only the first max_errors kept:
+        last = key(report.bad_rows[-1])  # a late row after the last one kept may follow rows not kept
+        rows = [row for row in rows if key(row) < last]
+    report.bad_rows = sorted(report.bad_rows + rows, key=key)[:max_errors]
+    report.bad_row_count += len(late)
+    return len(late)
+
+
 def _check_file(report: DatasetReport, path: Path, rules: RowRules, options: _ScanOptions, label: str | None) -> int:
     """Scan one file into the report; returns its number of good rows."""
+    rules.types.file_number(label)  # files load in this order: the first one's first batch fixes the types
     suffix = path.suffix.lower()
     if suffix not in LOADABLE_SUFFIXES:
         report.errors.append(f"{path.name}: LLaMA-Factory loads only {', '.join(LOADABLE_SUFFIXES)} files")

@@ -20,7 +20,7 @@ import operator
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
-from itertools import chain, repeat
+from itertools import chain
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -30,7 +30,7 @@ import numpy as np
 from .dataset_entry import RowMapping
 from .dataset_rows import OPTIONAL_ALPACA_KEYS, OPTIONAL_CHAT_KEYS, is_blank
 from .dataset_scan import carry_to_front
-from .dataset_types import ITEM, ColumnTypes
+from .dataset_types import ITEM, NULL, ColumnTypes
 from .dataset_types import Path as TypePath
 
 # A thousand-odd rows per decode call: the chunk and the structs made from it stay in the CPU's
@@ -39,21 +39,26 @@ CHUNK_BYTES = 512 << 10
 _LF, _CR, _OPEN, _CLOSE = 0x0A, 0x0D, 0x7B, 0x7D  # \n \r { }
 
 _TEXT = Annotated[str, msgspec.Meta(min_length=1)]  # a string, not empty (checked in C)
-# The optional columns that the row rules look into, typed as those rules demand.
-_OPTIONAL_TYPES: dict[str, Any] = {
-    "query": str | None | msgspec.UnsetType,  # absent, null or a string
-    "history": list[tuple[str, str]] | None | msgspec.UnsetType,  # or a list of [prompt, response] pairs
-}
-Field = tuple[str, Any, Any]  # (data column, type, default)
+_NEVER = Annotated[int, msgspec.Meta(ge=1, le=0)]  # admits no value: the elements of lists seen empty so far
+_UNSET = msgspec.UnsetType
 # A file whose chunks keep bringing new keys (ids used as keys, say) is left to the line-by-line scan.
 MAX_LEARNED_CHUNKS = 32
 _PLAIN = msgspec.json.Decoder()  # any JSON, as Python objects
 
 
+class _Unprovable(Exception):
+    """The types so far already break a row rule (a bad row was learned): the scan explains."""
+
+
+_OMIT = object()  # a column no row has had yet: left out of the struct, so that its first row is news
+Typer = Callable[[ColumnTypes, TypePath], Any]  # the type of a column, given the types so far
+Field = tuple[str, Typer, Any]  # (data column, its typer, default)
+
+
 @dataclass(frozen=True)
 class CleanRange:
-    """A range proven clean: every line one good row. ``seen`` holds the optional mapped columns
-    that at least one of its rows has; ``types`` the type of every column (lines from the range's)."""
+    """A range proven clean: every line one good row. ``seen`` holds the top-level columns that at
+    least one of its rows has; ``types`` every column's type and first rows (lines from the range's)."""
 
     rows: int
     newlines: int
@@ -65,7 +70,6 @@ class CleanRange:
 class _Plan:
     decoder_for: Callable[[ColumnTypes], msgspec.json.Decoder | None]  # rows typed as rules and types demand
     rows_pass: Callable[[list[Any]], bool]  # the rules that typing leaves, over a chunk's rows
-    optional: dict[str, Callable[[Any], Any]]  # data column -> its getter (UNSET where a row lacks it)
 
 
 def prove_clean(
@@ -74,16 +78,16 @@ def prove_clean(
     """``CleanRange`` when every line of ``path[start:end]`` is one row that the line-by-line scan
     would pass; None otherwise (then scan the range that way). ``start`` lies just after a newline.
 
-    Column types: the decoder types every column as the rows so far had it (``dataset_types``), and
-    refuses keys it has not seen. The first chunk, and any chunk it refuses, is first read as plain
-    JSON to learn its types (a clash ends the proof); then the decoder is rebuilt. So each type's
-    first row is recorded, and a row that strays from its column's type never passes in C.
+    Column types (``dataset_types``): the decoder admits only what the rows so far had, each column
+    typed as they had it, no key they lacked, no decimal in a column of whole numbers. The first
+    chunk, and any chunk it refuses, is first read as plain JSON to learn from (a clash ends the
+    proof), then the decoder is rebuilt. So the first row of every column, type and decimal is
+    recorded, as the scan records it, and a row that strays from its column's type never passes.
     """
     plan = _plan(mapping)
     if plan is None:
         return None
     rows = newlines = learned = 0
-    seen: set[str] = set()
     types = ColumnTypes()
     decoder: msgspec.json.Decoder | None = None
     for chunk in _chunks(path, start, end):
@@ -94,7 +98,7 @@ def prove_clean(
             return None
         lines, chunk_newlines = counted
         structs = _decode(decoder, chunk)
-        if structs is None:  # the first chunk, a new key or type, or a bad row: learn, then try again
+        if structs is None:  # the first chunk, something new, or a bad row: learn, then try again
             learned += 1
             if learned > MAX_LEARNED_CHUNKS or not _learn_types(types, chunk, rows):
                 return None
@@ -106,10 +110,7 @@ def prove_clean(
             return None
         rows += lines
         newlines += chunk_newlines
-        for column, get in plan.optional.items():
-            if column not in seen and any(map(operator.is_not, map(get, structs), repeat(msgspec.UNSET))):
-                seen.add(column)
-    return CleanRange(rows, newlines, frozenset(seen), types)
+    return CleanRange(rows, newlines, frozenset(types.seen_columns()), types)
 
 
 def _decode(decoder: msgspec.json.Decoder | None, chunk: memoryview) -> list[Any] | None:
@@ -144,6 +145,46 @@ def _plan(mapping: RowMapping) -> _Plan | None:
     return None
 
 
+# -- typing rows as the rules and the data say ----------------------------------------------------
+
+
+def _fixed(kind: Any) -> Typer:
+    """A required column typed by the row rules alone (every row has it: its first row is the first)."""
+    return lambda _types, _path: kind
+
+
+def _as_data(types: ColumnTypes, path: TypePath) -> Any:
+    """A column typed as the rows so far had it; left out until one has."""
+    return _data_type(types, path, field=True) if path in types.columns else _OMIT
+
+
+def _rule_typed(kind: str, strict: Any, complete: Callable[[ColumnTypes, TypePath], bool] | None = None) -> Typer:
+    """An optional column that the row rules type as ``strict`` (a JSON ``kind``): null-only until
+    a row has a value, and ``strict`` once ``complete`` (what is below it seen too, for lists)."""
+
+    def typer(types: ColumnTypes, path: TypePath) -> Any:
+        seen = types.kind(path)
+        if seen is None:
+            return _OMIT
+        if seen == NULL:
+            return None | _UNSET
+        if seen != kind:
+            raise _Unprovable
+        if complete is None or complete(types, path):
+            return strict
+        return list[_NEVER] | None | _UNSET  # type: ignore[valid-type]
+
+    return typer
+
+
+def _pairs_seen(types: ColumnTypes, path: TypePath) -> bool:
+    return types.kind((*path, ITEM, ITEM)) == "string"
+
+
+_QUERY = _rule_typed("string", str | None | _UNSET)  # absent, null or a string
+_HISTORY = _rule_typed("array", list[tuple[str, str]] | None | _UNSET, _pairs_seen)  # [prompt, response] pairs
+
+
 def _row_fields(
     fields: dict[str, Field], columns: Mapping[str, Any], optional_keys: tuple[str, ...]
 ) -> dict[str, Field] | None:
@@ -153,59 +194,62 @@ def _row_fields(
     fields = dict(fields)
     for key in optional_keys:
         if columns.get(key):
-            fields.setdefault(key, (columns[key], None, msgspec.UNSET))  # None: typed as the data has it
+            fields.setdefault(key, (columns[key], _as_data, msgspec.UNSET))
     data_columns = [column for column, _, _ in fields.values()]
     if not all(isinstance(c, str) and c for c in data_columns) or len(set(data_columns)) != len(data_columns):
         return None
     return fields
 
 
-def _optional_getters(fields: dict[str, Field], optional_keys: tuple[str, ...]) -> dict[str, Callable[[Any], Any]]:
-    return {fields[key][0]: operator.attrgetter(key) for key in fields if key in optional_keys}
-
-
 def _struct(name: str, types: ColumnTypes, path: TypePath, fields: dict[str, Field]) -> Any:
-    """A struct of ``fields`` (a None type: as the data has it) and every other key seen at ``path``,
-    typed as seen; it refuses keys not seen yet, so that a new one makes the caller learn it."""
+    """A struct of ``fields`` and every other key seen at ``path``, typed as seen; it refuses keys
+    not seen yet, so that a new one makes the caller learn it."""
     fields = dict(fields)
     taken = {column for column, _, _ in fields.values()}
-    for step in types.children(path):
-        if isinstance(step, str) and step not in taken:
-            fields[f"x_{len(fields)}"] = (step, None, msgspec.UNSET)
-    spec = [
-        (key, _data_type(types, (*path, column)) if kind is None else kind, default)
-        for key, (column, kind, default) in fields.items()
-    ]
+    for key in types.children(path):
+        if key not in taken:
+            fields[f"x_{len(fields)}"] = (key, _as_data, msgspec.UNSET)
+    spec, rename = [], {}
+    for key, (column, typer, default) in fields.items():
+        kind = typer(types, (*path, column))
+        if kind is not _OMIT:
+            spec.append((key, kind, default))
+            rename[key] = column
     return msgspec.defstruct(
         name,
         spec,
-        rename={key: column for key, (column, _, _) in fields.items()},
+        rename=rename,
         forbid_unknown_fields=True,
         gc=False,  # rows of strings and numbers hold no cycles: no GC tracking, faster to build and free
     )
 
 
-def _data_type(types: ColumnTypes, path: TypePath) -> Any:
-    """The type the rows so far gave ``path``, or null: null (only null so far) admits nothing else."""
-    kind = types.kind(path)
-    if kind == "string":
-        return str | None | msgspec.UnsetType
-    if kind == "number":
-        return int | float | None | msgspec.UnsetType
-    if kind == "boolean":
-        return bool | None | msgspec.UnsetType
-    if kind == "array":
-        item = _data_type(types, (*path, ITEM))
-        return list[item] | None | msgspec.UnsetType  # type: ignore[valid-type]
-    if kind == "object":
-        return _struct("Object", types, path, {}) | None | msgspec.UnsetType
-    return None | msgspec.UnsetType
+def _data_type(types: ColumnTypes, path: TypePath, field: bool) -> Any:
+    """The type the rows so far gave ``path`` (a struct field, or the elements of a list): null only
+    admits null, a number column admits decimals once it has had one that is not whole."""
+    column = types.columns.get(path)
+    if column is None:
+        return _NEVER  # elements of lists that were all empty so far
+    kind: Any
+    if column.kind == "string":
+        kind = str
+    elif column.kind == "number":
+        kind = int | float if column.fraction is not None else int
+    elif column.kind == "boolean":
+        kind = bool
+    elif column.kind == "array":
+        kind = list[_data_type(types, (*path, ITEM), field=False)]  # type: ignore[misc]
+    elif column.kind == "object":
+        kind = _struct("Object", types, path, {})
+    else:
+        return None | _UNSET if field else None
+    return kind | None | _UNSET if field else kind | None
 
 
 def _struct_or_none(name: str, types: ColumnTypes, fields: dict[str, Field]) -> msgspec.json.Decoder | None:
     try:
         return msgspec.json.Decoder(_struct(name, types, (), fields))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, _Unprovable):
         return None
 
 
@@ -215,26 +259,21 @@ def _struct_or_none(name: str, types: ColumnTypes, fields: dict[str, Field]) -> 
 def _alpaca_plan(columns: Mapping[str, Any]) -> _Plan | None:
     fields: dict[str, Field] = {
         # A null or empty prompt is fine when the query has text, but rare: left to the scan.
-        "prompt": (columns["prompt"], _TEXT, msgspec.NODEFAULT),
-        "response": (columns["response"], _TEXT, msgspec.NODEFAULT),
+        "prompt": (columns["prompt"], _fixed(_TEXT), msgspec.NODEFAULT),
+        "response": (columns["response"], _fixed(_TEXT), msgspec.NODEFAULT),
     }
-    for key, kind in _OPTIONAL_TYPES.items():
+    for key, typer in (("query", _QUERY), ("history", _HISTORY)):
         if columns.get(key):
-            fields[key] = (columns[key], kind, msgspec.UNSET)
+            fields[key] = (columns[key], typer, msgspec.UNSET)
     row_fields = _row_fields(fields, columns, OPTIONAL_ALPACA_KEYS)
     if row_fields is None:
         return None
-    query = operator.attrgetter("query") if "query" in fields else _always_unset
-    check = partial(_alpaca_rows_pass, operator.attrgetter("prompt"), query, operator.attrgetter("response"))
-    return _Plan(
-        partial(_struct_or_none, "AlpacaRow", fields=row_fields),
-        check,
-        _optional_getters(row_fields, OPTIONAL_ALPACA_KEYS),
-    )
+    check = partial(_alpaca_rows_pass, operator.attrgetter("prompt"), _query_of, operator.attrgetter("response"))
+    return _Plan(partial(_struct_or_none, "AlpacaRow", fields=row_fields), check)
 
 
-def _always_unset(_row: Any) -> Any:
-    return msgspec.UNSET
+def _query_of(row: Any) -> Any:
+    return getattr(row, "query", msgspec.UNSET)  # a struct without it: no row has had one yet
 
 
 def _alpaca_rows_pass(
@@ -276,20 +315,16 @@ def _sharegpt_plan(columns: Mapping[str, Any], tags: Mapping[str, Any]) -> _Plan
     messages = columns["messages"]
     if not isinstance(messages, str) or not messages:
         return None
-    fields: dict[str, Field] = {"messages": (messages, None, msgspec.NODEFAULT)}  # typed per the types below
+    fields: dict[str, Field] = {"messages": (messages, _as_data, msgspec.NODEFAULT)}  # typed below
     row_fields = _row_fields(fields, columns, OPTIONAL_CHAT_KEYS)
     if row_fields is None:
         return None
     message_fields: dict[str, Field] = {
-        "role": (role, str, msgspec.NODEFAULT),
-        "content": (content, str, msgspec.NODEFAULT),
+        "role": (role, _fixed(str), msgspec.NODEFAULT),
+        "content": (content, _fixed(str), msgspec.NODEFAULT),
     }
     check = partial(_sharegpt_rows_pass, sides, operator.attrgetter("messages"))
-    return _Plan(
-        partial(_sharegpt_decoder, row_fields, message_fields),
-        check,
-        _optional_getters(row_fields, OPTIONAL_CHAT_KEYS),
-    )
+    return _Plan(partial(_sharegpt_decoder, row_fields, message_fields), check)
 
 
 def _sharegpt_decoder(
@@ -297,11 +332,13 @@ def _sharegpt_decoder(
 ) -> msgspec.json.Decoder | None:
     """Rows whose messages column is a list of messages: role and content strings, other keys as seen."""
     column = row_fields["messages"][0]
+    if types.kind((column,)) != "array" or types.kind((column, ITEM)) != "object":
+        return None  # no messages, or not as a list of objects: the scan explains
     try:
         message = _struct("Message", types, (column, ITEM), message_fields)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, _Unprovable):
         return None
-    fields = {**row_fields, "messages": (column, list[message], msgspec.NODEFAULT)}  # type: ignore[valid-type]
+    fields = {**row_fields, "messages": (column, _fixed(list[message]), msgspec.NODEFAULT)}  # type: ignore[valid-type]
     return _struct_or_none("ShareGPTRow", types, fields)
 
 

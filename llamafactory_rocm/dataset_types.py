@@ -1,52 +1,56 @@
 """One JSON type per column: what LLaMA-Factory's loader needs of a dataset file beyond each row.
 
-``datasets.load_dataset("json")`` parses the file with pyarrow, which gives every column one type
-(and every field of an object column, and the elements of a list column, one each). The first
-row that disagrees stops the load, after the launch, with
-``JSON parse error: Column(/id) changed from number to string in row 1`` (a JSON array file goes
-through pandas instead and fails on the same rows with another message). null fits any column,
-integers and decimals are both numbers, and objects may differ in which keys they have.
+``datasets.load_dataset("json")`` parses JSON lines with pyarrow, 10 MB at a time, and gives every
+column one type (every field of an object column, and the elements of a list column, one each):
 
-Measured with datasets 4.0.0 and pyarrow 26.0.1, JSON lines and JSON arrays alike;
-``tests/test_dataset_types.py`` loads every case with the real loader and checks that this module
-agrees with it. Not modelled: what differs only between the loader's 10 MB batches (a column that
-first appears after the first batch, integers and then decimals across batches, strings that read
-as timestamps in the first batch only).
+- The first row that disagrees with its column's type stops the load, after the launch, with
+  ``JSON parse error: Column(/id) changed from number to string in row 1``. A JSON array goes
+  through pandas instead and fails on the same rows. null fits any column, integers and decimals
+  are both numbers, and objects may differ in which keys they have.
+- The first batch (the first 10 MB of the first file, to the end of its line) fixes the columns
+  and their types for the rest, batch by batch and file by file. A column (or an object's key)
+  that first appears after it stops the load (``Couldn't cast``), and so does a value in a column
+  that was null all through it, elements in lists that were all empty in it, or a decimal such as
+  2.5 in a column of whole numbers in it (``Float value 2.5 was truncated converting to int64``).
+
+Measured with datasets 4.0.0 and pyarrow 26.0.1; ``tests/test_dataset_types.py`` loads each case
+with the real loader and checks that this module agrees. Not modelled: strings that pyarrow reads as
+timestamps (all of a column's strings in the first batch look like dates, a later one does not).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from typing import Any
 
 ITEM = 0  # the step into a list's elements: an int, so that it never equals an object's key
 Path = tuple[str | int, ...]  # ("messages", ITEM, "from") is pyarrow's /messages/[]/from
+Where = tuple[int, int]  # (file number, in load order; line)
 
-NULL = "null"  # a column seen only as null so far: the first other type decides it
+LOADER_BATCH_BYTES = 10 << 20  # datasets' JsonConfig.chunksize (datasets 4.0.0)
+NULL = "null"  # a column with only nulls so far: the first other type decides it
 _KIND = {str: "string", int: "number", float: "number", bool: "boolean", dict: "object", list: "array"}
+_ADMITS = {"string": (str,), "number": (int,), "boolean": (bool,), "object": (dict,), "array": (list,), NULL: ()}
 
 
-@dataclass(frozen=True)
-class Seen:
-    """A column's type and where a row first had it (``line`` of ``file``; None for the only file)."""
+@dataclass
+class Column:
+    """One column path and the first row that had it at all, with a value (of ``kind``), with a
+    decimal, and with a decimal that is not a whole number."""
 
-    kind: str
-    line: int
-    file: str | None = None
+    appeared: Where
+    kind: str = NULL
+    typed: Where | None = None
+    decimal: Where | None = None
+    fraction: Where | None = None
 
-    def where(self) -> str:
-        return f"{self.file}:{self.line}" if self.file else f"line {self.line}"
-
-
-# The Python types (as json.loads gives them) that each kind admits; null admits no other yet.
-_ADMITS = {
-    "string": (str,),
-    "number": (int, float),
-    "boolean": (bool,),
-    "object": (dict,),
-    "array": (list,),
-    NULL: (),
-}
+    def admits(self) -> tuple[type, ...]:
+        """The Python types (as json.loads gives them) that a row may hold here with nothing new to
+        record: a float is news until a number column has had a fraction."""
+        if self.kind == "number" and self.fraction is not None:
+            return (int, float)
+        return _ADMITS[self.kind]
 
 
 class _Node:
@@ -61,104 +65,199 @@ class _Node:
 
 
 class ColumnTypes:
-    """The type of every column path the rows have had so far, and where each was first seen."""
+    """Every column path the rows have had so far: its type, and where each thing was first seen."""
 
-    def __init__(self, seen: dict[Path, Seen] | None = None) -> None:
-        self.seen: dict[Path, Seen] = {}
+    def __init__(self) -> None:
+        self.columns: dict[Path, Column] = {}
+        self.files: list[str | None] = []  # file labels in load order (None: the only file)
         self._root = _Node()
         self._nodes: dict[Path, _Node] = {(): self._root}
-        for path, first in sorted((seen or {}).items(), key=lambda item: len(item[0])):
-            self._set(path, first)
 
     def __repr__(self) -> str:
-        return f"ColumnTypes({self.seen!r})"
+        return f"ColumnTypes({self.columns!r})"
+
+    def file_number(self, file: str | None) -> int:
+        """The number of a file in load order; call it as each file starts."""
+        if file not in self.files:
+            self.files.append(file)
+        return self.files.index(file)
 
     def copy(self) -> ColumnTypes:
-        return ColumnTypes(self.seen)
+        other = ColumnTypes()
+        other.files = list(self.files)
+        for path, column in self.columns.items():
+            other._put(path, replace(column))
+        return other
 
-    def _set(self, path: Path, first: Seen) -> None:
-        self.seen[path] = first
+    def _put(self, path: Path, column: Column) -> None:
+        self.columns[path] = column
         node = self._nodes.get(path)
-        if node is None:  # its parent is in already: a walk records a path before the paths below it
+        if node is None:  # its parent is in: a path is always recorded before the paths below it
             node = self._nodes[path] = _Node()
             parent = self._nodes[path[:-1]]
-            step = path[-1]
-            if step == ITEM and not isinstance(step, str):
-                parent.item = node
+            if isinstance(path[-1], str):
+                parent.keys[path[-1]] = node
             else:
-                parent.keys[str(step)] = node
-        node.admits = _ADMITS[first.kind]
+                parent.item = node
+        node.admits = column.admits()
+
+    # -- one row at a time (the scan, and chunks the fast path learns from) ----------------------
 
     def conflict(self, row: dict[str, Any], line: int, file: str | None = None) -> str | None:
         """Record a row's types, or (recording nothing) say why the loader will stop at it."""
         if _known(self._root, row):
-            return None  # the common case: no key and no type that earlier rows did not have
-        new: dict[Path, str] = {}
-        reason = self._object(row, (), new, line, file)
-        if reason is not None:
-            return reason
-        for path, kind in new.items():
-            self._set(path, Seen(kind, line, file))
-        return None
-
-    def _object(
-        self, obj: dict[str, Any], prefix: Path, new: dict[Path, str], line: int, file: str | None
-    ) -> str | None:
-        for key, value in obj.items():
-            reason = self._value(value, (*prefix, key), new, line, file)
+            return None  # the common case: no key, type or decimal that earlier rows did not have
+        where = (self.file_number(file), line)
+        changes: dict[Path, dict[str, Any]] = {}
+        for path, value in _walk(row, ()):
+            reason = self._change(path, value, where, changes)
             if reason is not None:
                 return reason
+        for path, change in changes.items():
+            column = self.columns.get(path)
+            self._put(path, replace(column, **change) if column is not None else Column(**change))
         return None
 
-    def _value(self, value: Any, path: Path, new: dict[Path, str], line: int, file: str | None) -> str | None:
+    def _change(self, path: Path, value: Any, where: Where, changes: dict[Path, dict[str, Any]]) -> str | None:
+        column = self.columns.get(path)
+        change = changes.get(path)
+        if change is None:
+            change = changes[path] = {} if column is not None else {"appeared": where}
         kind = NULL if value is None else _KIND[type(value)]
-        before = self.seen.get(path)
-        if before is None or before.kind != kind:  # the rare case: new, null so far, or a conflict
-            known = new.get(path, before.kind if before is not None else None)
-            if known is None or (known == NULL and kind != NULL):
-                new[path] = kind
-            elif kind not in (known, NULL):
-                first = before if before is not None and before.kind == known else None  # None: this row
-                return conflict_reason(path, kind, known, first)
-        if kind == "object":
-            return self._object(value, path, new, line, file)
-        if kind == "array":
-            step = (*path, ITEM)
-            for item in value:
-                reason = self._value(item, step, new, line, file)
-                if reason is not None:
-                    return reason
+        known = change.get("kind", column.kind if column is not None else NULL)
+        if kind == NULL:
+            return None
+        if known == NULL:
+            change.update(kind=kind, typed=where)
+        elif kind != known:
+            first = column if column is not None and column.kind == known else None  # None: this row
+            return conflict_reason(path, kind, known, first, self.files)
+        if type(value) is float:
+            if (column is None or column.decimal is None) and "decimal" not in change:
+                change["decimal"] = where
+            if (column is None or column.fraction is None) and "fraction" not in change and not value.is_integer():
+                change["fraction"] = where
         return None
+
+    # -- putting ranges and files together --------------------------------------------------------
 
     def disagreement(self, other: ColumnTypes, line_offset: int = 0) -> str | None:
         """Why ``other`` (the types of the rows after these) cannot follow these rows, or None."""
-        for path, theirs in other.seen.items():
-            ours = self.seen.get(path)
+        for path, theirs in other.columns.items():
+            ours = self.columns.get(path)
             if ours is not None and NULL not in (ours.kind, theirs.kind) and ours.kind != theirs.kind:
-                shifted = Seen(theirs.kind, theirs.line + line_offset, theirs.file)
-                return f"{shifted.where()}: {conflict_reason(path, theirs.kind, ours.kind, ours)}"
+                assert theirs.typed is not None
+                reason = conflict_reason(path, theirs.kind, ours.kind, ours, self.files)
+                return f"line {theirs.typed[1] + line_offset}: {reason}"
         return None
 
     def absorb(self, other: ColumnTypes, line_offset: int = 0, file: str | None = None) -> None:
-        """Take in the types of the rows after these (call ``disagreement`` first)."""
-        for path, theirs in other.seen.items():
-            ours = self.seen.get(path)
-            if ours is None or (ours.kind == NULL and theirs.kind != NULL):
-                self._set(path, Seen(theirs.kind, theirs.line + line_offset, file or theirs.file))
+        """Take in the types of one file's rows after these, or of a range of it (``other`` numbers
+        them from line 1; call ``disagreement`` first)."""
+        number = self.file_number(file)
+
+        def shift(where: Where | None) -> Where | None:
+            return None if where is None else (number, where[1] + line_offset)
+
+        for path, theirs in other.columns.items():
+            ours = self.columns.get(path)
+            merged = ours or Column(appeared=shift(theirs.appeared))  # type: ignore[arg-type]
+            if merged.kind == NULL and theirs.kind != NULL:
+                merged = replace(merged, kind=theirs.kind, typed=shift(theirs.typed))
+            if merged.decimal is None and theirs.decimal is not None:
+                merged = replace(merged, decimal=shift(theirs.decimal))
+            if merged.fraction is None and theirs.fraction is not None:
+                merged = replace(merged, fraction=shift(theirs.fraction))
+            self._put(path, merged)
+
+    # -- the loader's first batch -----------------------------------------------------------------
+
+    def late_rows(self, first_batch_lines: int | None) -> list[tuple[Where, str]]:
+        """``(where, reason)`` for each row where the loader stops because its first batch (the first
+        ``first_batch_lines`` lines of the first file; None: all of it) fixed another type: the first
+        row of each such column, one reason a row, in load order."""
+
+        def in_first_batch(where: Where | None) -> bool:
+            return where is not None and where[0] == 0 and (first_batch_lines is None or where[1] <= first_batch_lines)
+
+        batch = f"the first {first_batch_lines} lines" if first_batch_lines is not None else "all lines"
+        if self.files and self.files[0]:
+            batch += f" of {self.files[0]}"
+        found: dict[Where, str] = {}
+        stopped: set[Path] = set()  # columns already reported: nothing below them is news
+        for path in sorted(self.columns, key=lambda p: (len(p), pyarrow_path(p))):
+            if any(path[:depth] in stopped for depth in range(1, len(path))):
+                stopped.add(path)
+                continue
+            column = self.columns[path]
+            late = _late(path, column, in_first_batch, batch)
+            if late is not None:
+                stopped.add(path)
+                found.setdefault(late[0], late[1])
+        return sorted(found.items())
+
+    def seen_columns(self) -> set[str]:
+        """The top-level columns that some row has had."""
+        return {path[0] for path in self.columns if len(path) == 1 and isinstance(path[0], str)}
 
     def kind(self, path: Path) -> str | None:
-        seen = self.seen.get(path)
-        return None if seen is None else seen.kind
+        column = self.columns.get(path)
+        return None if column is None else column.kind
 
-    def children(self, path: Path) -> list[str | int]:
-        """The next steps below ``path`` (object keys, or ITEM), in the order first seen."""
-        depth = len(path)
-        steps = (p[depth] for p in self.seen if len(p) == depth + 1 and p[:depth] == path)
-        return list(dict.fromkeys(steps))
+    def children(self, path: Path) -> list[str]:
+        """The keys seen below an object column, in the order first seen."""
+        node = self._nodes.get(path)
+        return [] if node is None else list(node.keys)
+
+
+def _late(path: Path, column: Column, in_first_batch: Any, batch: str) -> tuple[Where, str] | None:
+    name = pyarrow_path(path)
+    cast = "LLaMA-Factory's loader stops here (datasets: Couldn't cast)"
+    if not isinstance(path[-1], str):  # the elements of a list: list<null> when the batch had none
+        if column.typed is not None and not in_first_batch(column.typed):
+            parent = pyarrow_path(path[:-1])
+            return column.typed, (
+                f"the lists in {parent} hold a {column.kind} here but are empty or null in every row of the "
+                f"loader's first batch ({batch}), which fixed their type: {cast}. Put a row with such a list "
+                "in the first batch"
+            )
+        return None
+    if not in_first_batch(column.appeared):
+        return column.appeared, (
+            f"column {name} first appears here, after the loader's first batch ({batch}), which fixed the "
+            f"columns: {cast}. Put a row that has it in the first batch, or give every row the key (null will do)"
+        )
+    if column.typed is not None and not in_first_batch(column.typed):
+        return column.typed, (
+            f"column {name} is null in every row of the loader's first batch ({batch}) and a {column.kind} "
+            f"here: {cast}. Put a row with a value in the first batch"
+        )
+    if column.kind == "number" and column.fraction is not None and not in_first_batch(column.decimal):
+        return column.fraction, (
+            f"column {name} holds whole numbers only in the loader's first batch ({batch}) and a decimal "
+            "here: LLaMA-Factory's loader stops (pyarrow: Float value was truncated converting to int64). "
+            "Write one number in the first batch as a decimal (1.0)"
+        )
+    return None
+
+
+def _walk(obj: dict[str, Any], prefix: Path) -> Iterator[tuple[Path, Any]]:
+    """``(path, value)`` for every key of an object and everything below it, parents first."""
+    for key, value in obj.items():
+        yield from _walk_value(value, (*prefix, key))
+
+
+def _walk_value(value: Any, path: Path) -> Iterator[tuple[Path, Any]]:
+    yield path, value
+    if type(value) is dict:
+        yield from _walk(value, path)
+    elif type(value) is list:
+        for item in value:
+            yield from _walk_value(item, (*path, ITEM))
 
 
 def _known(node: _Node, obj: dict[str, Any]) -> bool:
-    """Every key of ``obj``, and below, already seen with the type it has here (or null)."""
+    """Every key of ``obj``, and below, already seen, with the type it has here (or null)."""
     keys = node.keys
     for key, value in obj.items():
         child = keys.get(key)
@@ -183,7 +282,7 @@ def _known(node: _Node, obj: dict[str, Any]) -> bool:
 
 
 def _known_value(node: _Node, value: Any) -> bool:
-    """As ``_known``, for one value."""
+    """As ``_known``, for one element of a list."""
     if value is None:
         return True
     kind = type(value)
@@ -198,14 +297,19 @@ def _known_value(node: _Node, value: Any) -> bool:
 
 def pyarrow_path(path: Path) -> str:
     """How pyarrow names a column path in its errors: /messages/[]/from."""
-    return "/" + "/".join("[]" if step == ITEM else str(step) for step in path)
+    return "/" + "/".join(step if isinstance(step, str) else "[]" for step in path)
 
 
-def conflict_reason(path: Path, kind: str, first_kind: str, first: Seen | None) -> str:
-    """``first``: the row that set the type; None for earlier in the same row (a list of mixed types)."""
-    column = pyarrow_path(path)
-    where = f"on {first.where()}" if first is not None else "earlier in this row"
+def conflict_reason(path: Path, kind: str, first_kind: str, first: Column | None, files: list[str | None]) -> str:
+    """``first``: the column as the rows before had it; None for earlier in the same row (a list of
+    mixed types)."""
+    name = pyarrow_path(path)
+    if first is None or first.typed is None:
+        where = "earlier in this row"
+    else:
+        file = files[first.typed[0]] if first.typed[0] < len(files) else None
+        where = f"on {file}:{first.typed[1]}" if file else f"on line {first.typed[1]}"
     return (
-        f"column {column} is a {kind} here but a {first_kind} {where}: LLaMA-Factory's loader stops at this "
-        f"row (pyarrow: Column({column}) changed from {first_kind} to {kind}). Give it one type in every row"
+        f"column {name} is a {kind} here but a {first_kind} {where}: LLaMA-Factory's loader stops at this "
+        f"row (pyarrow: Column({name}) changed from {first_kind} to {kind}). Give it one type in every row"
     )

@@ -8,12 +8,14 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
 from llamafactory_rocm import dataset_check, dataset_fast, dataset_parallel
 from llamafactory_rocm.dataset_check import validate_dataset
 from llamafactory_rocm.dataset_entry import resolve_mapping
 from llamafactory_rocm.dataset_fast import prove_clean
-from llamafactory_rocm.dataset_types import ColumnTypes, Seen
+from llamafactory_rocm.dataset_types import ColumnTypes
 
 ALPACA = resolve_mapping({"file_name": "x"})
 CHANGED = "changed from"  # every type finding quotes pyarrow's words
@@ -39,7 +41,8 @@ def test_null_fits_a_column_of_any_type_before_or_after():
     assert types.conflict({"id": None}, 1) is None
     assert types.conflict({"id": "a"}, 2) is None
     assert types.conflict({"id": None}, 3) is None
-    assert types.seen[("id",)] == Seen("string", 2)
+    column = types.columns[("id",)]
+    assert (column.kind, column.appeared, column.typed) == ("string", (0, 1), (0, 2))
 
 
 def test_integers_and_decimals_are_both_numbers():
@@ -80,22 +83,48 @@ def test_a_row_that_clashes_records_nothing():
     types = ColumnTypes()
     types.conflict({"id": 1}, 1)
     assert types.conflict({"new": "x", "id": "x"}, 2) is not None
-    assert ("new",) not in types.seen
+    assert ("new",) not in types.columns
     assert types.conflict({"new": 5}, 3) is None  # its column's type comes from the first good row
 
 
 def test_types_of_later_rows_are_taken_in_with_their_lines_shifted():
     first, later = ColumnTypes(), ColumnTypes()
-    first.conflict({"id": None}, 1)
+    first.conflict({"id": None}, 1, "a.jsonl")
     later.conflict({"id": "x", "src": "web"}, 3)
     assert first.disagreement(later, line_offset=100) is None
     first.absorb(later, line_offset=100, file="b.jsonl")
-    assert first.seen[("id",)] == Seen("string", 103, "b.jsonl")
+    assert first.columns[("id",)].appeared == (0, 1)
+    assert first.columns[("id",)].typed == (1, 103)
+    assert first.columns[("src",)].appeared == (1, 103)
     clash = ColumnTypes()
     clash.conflict({"src": 1}, 2)
     reason = first.disagreement(clash, line_offset=200)
     assert reason is not None
     assert reason.startswith("line 202: column /src is a number here but a string on b.jsonl:103")
+
+
+def test_the_first_batch_fixes_the_columns_for_the_rows_after_it():
+    types = ColumnTypes()
+    rows = [
+        {"id": 1, "tag": None, "tags": [], "meta": {"a": 1}},
+        {"id": 2, "tag": None, "tags": [], "meta": {"a": 2}},  # line 2: the last of the first batch
+        {"id": 2.0, "tag": None, "tags": [], "meta": {"a": 3}},  # a whole decimal casts to int64: fine
+        {"id": 3, "tag": "x", "tags": [], "meta": {"a": 4}},  # a value in a column null so far
+        {"id": 4, "tag": "x", "tags": ["y"], "meta": {"a": 5, "b": 1}},  # list elements; a new key
+        {"id": 4.5, "tag": "x", "tags": ["y"], "meta": {"a": 6}, "src": None},  # a fraction; a new column
+    ]
+    for line, row in enumerate(rows, start=1):
+        assert types.conflict(row, line) is None
+    late = types.late_rows(first_batch_lines=2)
+    assert [(where, reason.split(" here")[0]) for where, reason in late] == [
+        ((0, 4), "column /tag is null in every row of the loader's first batch (the first 2 lines) and a string"),
+        ((0, 5), "column /meta/b first appears"),  # one reason a row: /meta/b sorts before /tags/[]
+        ((0, 6), "column /id holds whole numbers only in the loader's first batch (the first 2 lines) and a decimal"),
+    ]
+    assert types.late_rows(first_batch_lines=None) == []  # one batch: nothing comes after it
+    assert [reason.split(" here")[0] for _, reason in types.late_rows(first_batch_lines=5)] == [
+        "column /src first appears"  # the decimal 2.0 on line 3 made /id a column of decimals
+    ]
 
 
 # -- agreement with the real loader ---------------------------------------------------------------
@@ -145,6 +174,85 @@ def test_validation_fails_exactly_the_files_the_loader_fails_on(tmp_path, layout
     assert [line for line, _ in type_findings(report)] == ([] if loads else [3 if layout == "jsonl" else 4])
 
 
+# -- the loader's first batch, with files big enough to have a second one ------------------------
+
+PAD = "x" * 250
+BIG_ROWS, LATE_FROM = 45_000, 40_000  # ~13 MB: the first 10 MB batch ends near row 35,000
+
+
+def padded(i: int, **extra: object) -> dict:
+    return {"instruction": f"q{i:06d}", "input": "", "output": PAD, **extra}
+
+
+BATCH_CASES = {  # what the rows from LATE_FROM on have that the first batch lacked
+    "a column first seen after the first batch": lambda i, late: padded(i, **({"src": "web"} if late else {})),
+    "the same, with null": lambda i, late: padded(i, **({"src": None} if late else {})),
+    "a value in a column null all through it": lambda i, late: padded(i, src="web" if late else None),
+    "a fraction in a column of whole numbers": lambda i, late: padded(i, score=2.5 if late else 1),
+    "a whole decimal in a column of whole numbers": lambda i, late: padded(i, score=2.0 if late else 1),
+    "a key first seen in an object": lambda i, late: padded(i, meta={"a": 1, "b": "x"} if late else {"a": 1}),
+    "elements in lists empty all through it": lambda i, late: padded(i, tags=["x"] if late else []),
+    "a column left out later": lambda i, late: padded(i, **({} if late else {"src": "web"})),
+}
+
+
+@pytest.mark.parametrize("make", list(BATCH_CASES.values()), ids=list(BATCH_CASES))
+def test_validation_fails_the_big_files_the_loader_fails_on(tmp_path, make):
+    path = tmp_path / "big.jsonl"
+    path.write_bytes(jsonl([make(i, i >= LATE_FROM) for i in range(BIG_ROWS)]))
+    report = validate_dataset(path)
+    loads = _loads(path, tmp_path / "cache")
+    assert report.ok == loads, report.summary()
+    assert [b.line for b in report.bad_rows] == ([] if loads else [LATE_FROM + 1])
+
+
+@pytest.mark.parametrize("extra_line", [0, 1], ids=["on the last line of the batch", "on the line after"])
+def test_the_first_batch_ends_where_the_loader_ends_it(tmp_path, extra_line):
+    """Rows of one length; the first with a new column sits on the batch's last line or just after."""
+    rows = [padded(i) for i in range(BIG_ROWS)]
+    path = tmp_path / "edge.jsonl"
+    path.write_bytes(jsonl(rows))
+    last = dataset_check.first_batch_lines(path)
+    assert last is not None and 30_000 < last < LATE_FROM
+    index = last - 1 + extra_line
+    rows[index] = {**padded(index, src="w"), "output": PAD[: -len(', "src": "w"')]}
+    path.write_bytes(jsonl(rows))
+    assert path.stat().st_size == len(jsonl([padded(i) for i in range(BIG_ROWS)]))  # same bytes, same batch
+    report = validate_dataset(path)
+    loads = _loads(path, tmp_path / "cache")
+    assert loads == (extra_line == 0)
+    assert [b.line for b in report.bad_rows] == ([] if loads else [index + 1])
+
+
+@pytest.mark.parametrize(
+    "first, second, loads",
+    [
+        ({}, {"src": "web"}, False),  # the second file has a column the first lacks
+        ({"src": "web"}, {}, True),  # the other way round is fine
+        ({"score": 1}, {"score": 2.5}, False),
+        ({"src": None}, {"src": "web"}, False),
+    ],
+)
+def test_the_first_file_fixes_the_columns_of_a_folder(tmp_path, first, second, loads):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "a.jsonl").write_bytes(jsonl([qa(i, **first) for i in range(3)]))
+    (folder / "b.jsonl").write_bytes(jsonl([qa(i, **second) for i in range(3)]))
+    report = dataset_check.validate_entry("two", {"file_name": "data"}, tmp_path)
+    assert _loads_files([folder / "a.jsonl", folder / "b.jsonl"], tmp_path / "cache") == loads
+    assert [(b.file, b.line) for b in report.bad_rows] == ([] if loads else [("b.jsonl", 1)])
+
+
+def _loads_files(files: list[Path], cache: Path) -> bool:
+    """As LLaMA-Factory loads a folder: its files as one data_files list (this order: ours)."""
+    datasets = pytest.importorskip("datasets")
+    try:
+        datasets.load_dataset("json", data_files=[str(f) for f in files], split="train", cache_dir=str(cache))
+    except Exception:  # any failure to load is what is compared
+        return False
+    return True
+
+
 # -- every way of checking reports the same rows --------------------------------------------------
 
 
@@ -155,8 +263,8 @@ def test_the_fast_path_learns_a_column_that_appears_late(tmp_path, monkeypatch):
     path.write_bytes(jsonl(rows))
     clean = prove_clean(path, 0, path.stat().st_size, ALPACA)
     assert clean is not None
-    assert clean.types.seen[("source",)] == Seen("string", 201)
-    assert clean.types.seen[("meta", "n")] == Seen("number", 201)
+    assert clean.types.columns[("source",)].typed == (0, 201)
+    assert clean.types.columns[("meta", "n")].appeared == (0, 201)
 
 
 def test_the_fast_path_steps_aside_for_a_clash_and_the_scan_names_every_row(tmp_path, monkeypatch):
@@ -225,3 +333,32 @@ def test_the_bundled_datasets_keep_one_type_per_column():
     for name in load_dataset_info(datasets_dir()) or {}:
         report = validate_dataset(name)
         assert not type_findings(report), report.summary()
+
+
+# -- the property ---------------------------------------------------------------------------------
+
+_values = st.sampled_from([None, 1, 2.0, 2.5, True, "s", "", [], [1], ["s"], [None], {}, {"k": 1}, {"k": "s"}])
+_row = st.builds(
+    lambda i, extra: qa(i, **extra),
+    st.integers(0, 9),
+    st.dictionaries(st.sampled_from(["id", "src", "meta"]), _values, max_size=3),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=st.lists(_row, min_size=1, max_size=30), batch=st.integers(1, 2000), chunk=st.integers(40, 600))
+def test_every_way_of_checking_gives_the_same_report(tmp_path, monkeypatch, rows, batch, chunk):
+    """Any mix of types, a first batch of any size, chunks of any size: the fast path and worker
+    processes report what the line-by-line scan reports, row for row."""
+    monkeypatch.setattr(dataset_check, "LOADER_BATCH_BYTES", batch)
+    monkeypatch.setattr(dataset_fast, "CHUNK_BYTES", chunk)
+    path = tmp_path / "mixed.jsonl"
+    path.write_bytes(jsonl(rows))
+    reference = validate_dataset(path, fast=False, max_errors=100).as_json()
+    event("type findings" if CHANGED in str(reference) else "no type findings")
+    event("late rows" if "first batch" in str(reference) else "no late rows")
+    assert validate_dataset(path, max_errors=100).as_json() == reference
+    if dataset_parallel.can_fork():
+        monkeypatch.setattr(dataset_check, "MIN_PARALLEL_BYTES", 0)
+        monkeypatch.setattr(dataset_parallel, "RANGE_BYTES", 300)
+        assert validate_dataset(path, jobs=2, max_errors=100).as_json() == reference
