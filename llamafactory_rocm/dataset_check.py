@@ -415,12 +415,15 @@ def _scan_rows_parallel(
 ) -> int | None:
     """As ``_scan_rows``, over byte ranges in worker processes; the same report, line for line
     (but for the one case in ``dataset_parallel``'s docstring). None, recording nothing, where a
-    range's column types disagree with those before it: each range checked its rows against its
-    own first rows, so only one pass over the file can say which rows stray; the caller makes it."""
+    range's column types clash with those before it or within it: each range checked its rows
+    against its own first rows, so only one pass over the file can say which rows stray, and where
+    their columns got their types; the caller makes it."""
     assert rules.mapping is not None
     good = 0
     unseen = set(rules.unseen)
     ranges = list(scan_parallel(path, rules.mapping, options.max_errors, options.jobs, on_bytes, fast=options.fast))
+    if any(part.type_conflicts for _, part in ranges):
+        return None  # a row strays: its reason names where its column got its type, which one pass knows
     types = rules.types.copy()
     for offset, part in ranges:
         if types.disagreement(part.types, offset) is not None:

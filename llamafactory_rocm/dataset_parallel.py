@@ -8,8 +8,8 @@ A range scanned line by line starts reading at its first byte, as if a row began
 value written across the newlines where ranges meet (legal in one process, which reads a value
 across lines) reads differently here. One process (``jobs=1``) has no such seams.
 Column types (``dataset_types``) are checked per range against the range's own first rows; where a
-range's first types clash with those of the ranges before it, the caller checks the file again in
-one pass, the only way to name the rows that stray.
+range's types clash with those of the ranges before it, or a row strays within a range (its reason
+names a line of the range, not of the file), the caller checks the file again in one pass.
 Workers are forked (no re-import), and only where fork exists; a process that may hold threads
 (a training process, a loaded tokenizer) keeps to one process, which the callers decide.
 """
@@ -42,6 +42,7 @@ class RangeResult:
     bad_rows: list[tuple[int, str]] = field(default_factory=list)
     unseen: set[str] = field(default_factory=set)
     types: ColumnTypes = field(default_factory=ColumnTypes)  # its rows' column types, lines as above
+    type_conflicts: int = 0  # rows that stray from a column's type (their reasons name range lines)
     newlines: int = 0
     empty: bool = False
     layout: str | None = None
@@ -98,6 +99,7 @@ def scan_range(task: tuple[str, int, int, RowMapping, int, bool]) -> RangeResult
         reason = check(value)
         if reason is None:
             reason = types.conflict(value, line)
+            result.type_conflicts += reason is not None
         if reason is None:
             result.good += 1
             continue

@@ -312,6 +312,23 @@ def test_ranges_that_disagree_are_checked_again_in_one_pass(tmp_path, monkeypatc
     assert [line for line, _ in type_findings(many)] == [51, *range(301, 401)]
 
 
+def test_a_row_that_strays_within_a_later_range_names_the_files_line(tmp_path, monkeypatch):
+    """A worker knows only its range's lines: the reason of a clash found there would name the wrong
+    first row, so the file is checked again in one pass (found by the property below)."""
+    if not dataset_parallel.can_fork():
+        pytest.skip("no fork on this platform: the scan stays in one process")
+    monkeypatch.setattr(dataset_check, "MIN_PARALLEL_BYTES", 0)
+    monkeypatch.setattr(dataset_parallel, "RANGE_BYTES", 300)
+    path = tmp_path / "late.jsonl"
+    path.write_bytes(jsonl([qa(0), qa(1), qa(2), qa(3, src=True), qa(4, src=1)]))
+    assert len(dataset_parallel.plan_ranges(path, path.stat().st_size, 2)) == 2  # rows 4 and 5 in the second
+    many = validate_dataset(path, jobs=2)
+    assert many.as_json() == validate_dataset(path, fast=False).as_json()
+    assert [(line, reason.split(":")[0]) for line, reason in type_findings(many)] == [
+        (5, "column /src is a number here but a boolean on line 4")
+    ]
+
+
 def test_files_of_a_folder_share_one_type_per_column(tmp_path):
     """A folder loads as one dataset: a column typed one way in a.jsonl and another in b.jsonl fails."""
     folder = tmp_path / "data"
