@@ -241,8 +241,8 @@ def validate_entry(
 
 def _check_local(report: DatasetReport, path: Path, rules: RowRules, options: _ScanOptions) -> None:
     """A file, or a folder of files as LLaMA-Factory takes them (every entry of os.listdir)."""
-    if path.is_dir():
-        files = sorted(path / name for name in os.listdir(path))
+    if path.is_dir():  # in LLaMA-Factory's order (os.listdir): the first file's first batch fixes the types
+        files = [path / name for name in os.listdir(path)]
         labelled = True
     elif path.is_file():
         files, labelled = [path], False

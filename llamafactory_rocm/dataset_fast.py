@@ -41,6 +41,7 @@ _LF, _CR, _OPEN, _CLOSE = 0x0A, 0x0D, 0x7B, 0x7D  # \n \r { }
 _TEXT = Annotated[str, msgspec.Meta(min_length=1)]  # a string, not empty (checked in C)
 _NEVER = Annotated[int, msgspec.Meta(ge=1, le=0)]  # admits no value: the elements of lists seen empty so far
 _UNSET = msgspec.UnsetType
+_WHOLE = Annotated[float, msgspec.Meta(multiple_of=1)]  # a decimal that is a whole number (2.0)
 # A file whose chunks keep bringing new keys (ids used as keys, say) is left to the line-by-line scan.
 MAX_LEARNED_CHUNKS = 32
 _PLAIN = msgspec.json.Decoder()  # any JSON, as Python objects
@@ -233,8 +234,8 @@ def _data_type(types: ColumnTypes, path: TypePath, field: bool) -> Any:
     kind: Any
     if column.kind == "string":
         kind = str
-    elif column.kind == "number":
-        kind = int | float if column.fraction is not None else int
+    elif column.kind == "number":  # news, so learnt: the first decimal, then the first not whole
+        kind = int if column.decimal is None else int | _WHOLE if column.fraction is None else int | float
     elif column.kind == "boolean":
         kind = bool
     elif column.kind == "array":
@@ -246,10 +247,13 @@ def _data_type(types: ColumnTypes, path: TypePath, field: bool) -> Any:
     return kind | None | _UNSET if field else kind | None
 
 
+_NO_STRUCT = (TypeError, ValueError, RecursionError, _Unprovable)  # RecursionError: nested too deep to type
+
+
 def _struct_or_none(name: str, types: ColumnTypes, fields: dict[str, Field]) -> msgspec.json.Decoder | None:
     try:
         return msgspec.json.Decoder(_struct(name, types, (), fields))
-    except (TypeError, ValueError, _Unprovable):
+    except _NO_STRUCT:
         return None
 
 
@@ -336,7 +340,7 @@ def _sharegpt_decoder(
         return None  # no messages, or not as a list of objects: the scan explains
     try:
         message = _struct("Message", types, (column, ITEM), message_fields)
-    except (TypeError, ValueError, _Unprovable):
+    except _NO_STRUCT:
         return None
     fields = {**row_fields, "messages": (column, _fixed(list[message]), msgspec.NODEFAULT)}  # type: ignore[valid-type]
     return _struct_or_none("ShareGPTRow", types, fields)

@@ -255,6 +255,13 @@ _BOM_MESSAGE = (
 )
 
 
+def _as_decode_error(caught: Exception, buf: str, pos: int) -> json.JSONDecodeError:
+    """json raises RecursionError on a value nested about 1,000 levels deep: a bad row like any other."""
+    if isinstance(caught, json.JSONDecodeError):
+        return caught
+    return json.JSONDecodeError("nested too deeply for Python's json (about 1,000 levels)", buf, pos)
+
+
 def _needs_more(err: json.JSONDecodeError, buf: str, eof: bool) -> bool:
     """Was the value cut by the end of the buffer (read more), rather than malformed?"""
     return not eof and (err.pos >= len(buf) - _SLACK or err.msg.startswith("Unterminated string"))
@@ -294,7 +301,8 @@ def _parse_lines(buf: str, line: int, eof: bool, chunks: Iterator, stats: ScanSt
                     break
             try:
                 value, end = decode(buf, pos)
-            except json.JSONDecodeError as err:
+            except (json.JSONDecodeError, RecursionError) as caught:
+                err = _as_decode_error(caught, buf, pos)
                 if _needs_more(err, buf, eof):
                     break
                 yield line, ScanError(_malformed(err, buf, eof), is_row=True)
@@ -378,7 +386,8 @@ def _parse_array(buf: str, line: int, eof: bool, chunks: Iterator) -> Iterator[A
                 return
             try:
                 value, end = decode(buf, pos)
-            except json.JSONDecodeError as err:
+            except (json.JSONDecodeError, RecursionError) as caught:
+                err = _as_decode_error(caught, buf, pos)
                 if _needs_more(err, buf, eof):
                     break
                 yield line, ScanError(_malformed(err, buf, eof), is_row=True)

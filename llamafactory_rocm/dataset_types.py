@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from itertools import repeat
 from typing import Any
 
 ITEM = 0  # the step into a list's elements: an int, so that it never equals an object's key
@@ -105,11 +106,15 @@ class ColumnTypes:
 
     def conflict(self, row: dict[str, Any], line: int, file: str | None = None) -> str | None:
         """Record a row's types, or (recording nothing) say why the loader will stop at it."""
-        if _known(self._root, row):
-            return None  # the common case: no key, type or decimal that earlier rows did not have
+        try:
+            if _known(self._root, row):
+                return None  # the common case: no key, type or decimal that earlier rows did not have
+        except RecursionError:
+            pass  # nested deeper than Python recurses: the walk below has no such limit
+
         where = (self.file_number(file), line)
         changes: dict[Path, dict[str, Any]] = {}
-        for path, value in _walk(row, ()):
+        for path, value in _walk(row):
             reason = self._change(path, value, where, changes)
             if reason is not None:
                 return reason
@@ -215,19 +220,17 @@ def _late(path: Path, column: Column, in_first_batch: Any, batch: str) -> tuple[
     cast = "LLaMA-Factory's loader stops here (datasets: Couldn't cast)"
     if not isinstance(path[-1], str):  # the elements of a list: list<null> when the batch had none
         if column.typed is not None and not in_first_batch(column.typed):
-            parent = pyarrow_path(path[:-1])
             return column.typed, (
-                f"the lists in {parent} hold a {column.kind} here but are empty or null in every row of the "
-                f"loader's first batch ({batch}), which fixed their type: {cast}. Put a row with such a list "
-                "in the first batch"
+                f"the lists in {pyarrow_path(path[:-1])} hold a {column.kind} here but are empty or null in "
+                f"every row of the loader's first batch ({batch}), which fixed their type: {cast}. Put a row "
+                "with such a list in the first batch"
             )
-        return None
-    if not in_first_batch(column.appeared):
+    elif not in_first_batch(column.appeared):
         return column.appeared, (
             f"column {name} first appears here, after the loader's first batch ({batch}), which fixed the "
             f"columns: {cast}. Put a row that has it in the first batch, or give every row the key (null will do)"
         )
-    if column.typed is not None and not in_first_batch(column.typed):
+    elif column.typed is not None and not in_first_batch(column.typed):
         return column.typed, (
             f"column {name} is null in every row of the loader's first batch ({batch}) and a {column.kind} "
             f"here: {cast}. Put a row with a value in the first batch"
@@ -241,19 +244,23 @@ def _late(path: Path, column: Column, in_first_batch: Any, batch: str) -> tuple[
     return None
 
 
-def _walk(obj: dict[str, Any], prefix: Path) -> Iterator[tuple[Path, Any]]:
-    """``(path, value)`` for every key of an object and everything below it, parents first."""
-    for key, value in obj.items():
-        yield from _walk_value(value, (*prefix, key))
-
-
-def _walk_value(value: Any, path: Path) -> Iterator[tuple[Path, Any]]:
-    yield path, value
-    if type(value) is dict:
-        yield from _walk(value, path)
-    elif type(value) is list:
-        for item in value:
-            yield from _walk_value(item, (*path, ITEM))
+def _walk(row: dict[str, Any]) -> Iterator[tuple[Path, Any]]:
+    """``(path, value)`` for every key of a row and everything below it, parents first. A stack, not
+    recursion: a row may nest deeper than Python recurses."""
+    stack: list[tuple[Path, Iterator[tuple[str | int, Any]]]] = [((), iter(row.items()))]
+    while stack:
+        prefix, steps = stack[-1]
+        for step, value in steps:
+            path = (*prefix, step)
+            yield path, value
+            if type(value) is dict:
+                stack.append((path, iter(value.items())))
+                break
+            if type(value) is list:
+                stack.append((path, zip(repeat(ITEM), value)))
+                break
+        else:
+            stack.pop()
 
 
 def _known(node: _Node, obj: dict[str, Any]) -> bool:

@@ -5,6 +5,7 @@ files) reports the same rows."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -122,6 +123,15 @@ def test_the_first_batch_fixes_the_columns_for_the_rows_after_it():
         ((0, 6), "column /id holds whole numbers only in the loader's first batch (the first 2 lines) and a decimal"),
     ]
     assert types.late_rows(first_batch_lines=None) == []  # one batch: nothing comes after it
+    lists = ColumnTypes()
+    for line, numbers in enumerate([[1, 2], [3], [2.5]], start=1):
+        lists.conflict({"scores": numbers}, line)
+    assert [(where, reason.split(" here")[0]) for where, reason in lists.late_rows(first_batch_lines=2)] == [
+        (
+            (0, 3),
+            "column /scores/[] holds whole numbers only in the loader's first batch (the first 2 lines) and a decimal",
+        )
+    ]
     assert [reason.split(" here")[0] for _, reason in types.late_rows(first_batch_lines=5)] == [
         "column /src first appears"  # the decimal 2.0 on line 3 made /id a column of decimals
     ]
@@ -192,6 +202,8 @@ BATCH_CASES = {  # what the rows from LATE_FROM on have that the first batch lac
     "a whole decimal in a column of whole numbers": lambda i, late: padded(i, score=2.0 if late else 1),
     "a key first seen in an object": lambda i, late: padded(i, meta={"a": 1, "b": "x"} if late else {"a": 1}),
     "elements in lists empty all through it": lambda i, late: padded(i, tags=["x"] if late else []),
+    "a fraction in lists of whole numbers": lambda i, late: padded(i, scores=[2.5] if late else [1, 2]),
+    "whole decimals, then a fraction": lambda i, late: padded(i, score=2.5 if late else (1.0 if i % 2 else 1)),
     "a column left out later": lambda i, late: padded(i, **({} if late else {"src": "web"})),
 }
 
@@ -234,13 +246,22 @@ def test_the_first_batch_ends_where_the_loader_ends_it(tmp_path, extra_line):
     ],
 )
 def test_the_first_file_fixes_the_columns_of_a_folder(tmp_path, first, second, loads):
+    """LLaMA-Factory passes a folder's files in os.listdir order; the first one's first batch counts."""
+    folder, load_order = _folder_of_two(tmp_path)
+    load_order[0].write_bytes(jsonl([qa(i, **first) for i in range(3)]))
+    load_order[1].write_bytes(jsonl([qa(i, **second) for i in range(3)]))
+    report = dataset_check.validate_entry("two", {"file_name": folder.name}, tmp_path)
+    assert _loads_files(load_order, tmp_path / "cache") == loads
+    assert [(b.file, b.line) for b in report.bad_rows] == ([] if loads else [(load_order[1].name, 1)])
+
+
+def _folder_of_two(tmp_path: Path) -> tuple[Path, list[Path]]:
+    """A folder with a.jsonl and b.jsonl, and its files in the order os.listdir gives them."""
     folder = tmp_path / "data"
     folder.mkdir()
-    (folder / "a.jsonl").write_bytes(jsonl([qa(i, **first) for i in range(3)]))
-    (folder / "b.jsonl").write_bytes(jsonl([qa(i, **second) for i in range(3)]))
-    report = dataset_check.validate_entry("two", {"file_name": "data"}, tmp_path)
-    assert _loads_files([folder / "a.jsonl", folder / "b.jsonl"], tmp_path / "cache") == loads
-    assert [(b.file, b.line) for b in report.bad_rows] == ([] if loads else [("b.jsonl", 1)])
+    for name in ("a.jsonl", "b.jsonl"):
+        (folder / name).touch()
+    return folder, [folder / name for name in os.listdir(folder)]
 
 
 def _loads_files(files: list[Path], cache: Path) -> bool:
@@ -265,6 +286,36 @@ def test_the_fast_path_learns_a_column_that_appears_late(tmp_path, monkeypatch):
     assert clean is not None
     assert clean.types.columns[("source",)].typed == (0, 201)
     assert clean.types.columns[("meta", "n")].appeared == (0, 201)
+
+
+def test_whole_decimals_keep_the_fast_path(tmp_path, monkeypatch):
+    """A column of 1.0 and 2.0 is proven at C speed (a decimal that is a whole number types as such);
+    the first decimal and the first fraction are still recorded where they are."""
+    monkeypatch.setattr(dataset_fast, "CHUNK_BYTES", 512)
+    rows = [qa(i, score=1 if i < 3 else float(i)) for i in range(300)]
+    rows[250]["score"] = 2.5
+    path = tmp_path / "scores.jsonl"
+    path.write_bytes(jsonl(rows))
+    clean = prove_clean(path, 0, path.stat().st_size, ALPACA)
+    assert clean is not None
+    column = clean.types.columns[("score",)]
+    assert (column.decimal, column.fraction) == ((0, 4), (0, 251))
+
+
+@pytest.mark.parametrize("depth", [600, 1200])
+def test_deep_nesting_is_a_finding_or_fine_never_a_crash(tmp_path, depth):
+    """Python's json stops near 1,000 levels: a bad row then; below that, both ways agree."""
+    nested = "[" * depth + "]" * depth
+    path = tmp_path / "deep.jsonl"
+    path.write_text(json.dumps(qa(0))[:-1] + f', "deep": {nested}}}\n' + json.dumps(qa(1)) + "\n")
+    fast = validate_dataset(path)
+    assert fast.as_json() == validate_dataset(path, fast=False).as_json()
+    if depth < 900:
+        assert fast.ok
+    else:
+        assert [(b.line, b.reason) for b in fast.bad_rows] == [
+            (1, "malformed JSON: nested too deeply for Python's json (about 1,000 levels)")
+        ]
 
 
 def test_the_fast_path_steps_aside_for_a_clash_and_the_scan_names_every_row(tmp_path, monkeypatch):
@@ -330,17 +381,16 @@ def test_a_row_that_strays_within_a_later_range_names_the_files_line(tmp_path, m
 
 
 def test_files_of_a_folder_share_one_type_per_column(tmp_path):
-    """A folder loads as one dataset: a column typed one way in a.jsonl and another in b.jsonl fails."""
-    folder = tmp_path / "data"
-    folder.mkdir()
-    (folder / "a.jsonl").write_bytes(jsonl([qa(i, id=i) for i in range(3)]))
-    (folder / "b.jsonl").write_bytes(jsonl([qa(i, id=f"x{i}") for i in range(3)]))
-    entry = {"file_name": "data"}
+    """A folder loads as one dataset: a column typed one way in one file and another in the next."""
+    folder, (first, then) = _folder_of_two(tmp_path)
+    first.write_bytes(jsonl([qa(i, id=i) for i in range(3)]))
+    then.write_bytes(jsonl([qa(i, id=f"x{i}") for i in range(3)]))
+    entry = {"file_name": folder.name}
     report = dataset_check.validate_entry("two", entry, tmp_path)
     reference = dataset_check.validate_entry("two", entry, tmp_path, options=dataset_check._ScanOptions(fast=False))
     assert report.as_json() == reference.as_json()
-    assert [(b.file, b.line) for b in report.bad_rows] == [("b.jsonl", 1), ("b.jsonl", 2), ("b.jsonl", 3)]
-    assert "a number on a.jsonl:1" in report.bad_rows[0].reason
+    assert [(b.file, b.line) for b in report.bad_rows] == [(then.name, 1), (then.name, 2), (then.name, 3)]
+    assert f"a number on {first.name}:1" in report.bad_rows[0].reason
 
 
 def test_the_bundled_datasets_keep_one_type_per_column():
