@@ -256,8 +256,10 @@ def _check_local(report: DatasetReport, path: Path, rules: RowRules, options: _S
     if len(suffixes) > 1:
         report.errors.append(f"{path} mixes file types ({', '.join(sorted(suffixes))}): LLaMA-Factory needs one")
     report.files = [str(f) for f in files]
+    first_batch = first_batch_lines(files[0])
+    rules.types.one_batch = len(files) == 1 and first_batch is None
     good = sum(_check_file(report, file, rules, options, file.name if labelled else None) for file in files)
-    good -= _add_late_rows(report, rules.types, first_batch_lines(files[0]), options.max_errors)
+    good -= _add_late_rows(report, rules.types, first_batch, options.max_errors)
     if good:  # with no good row at all, a column never seen is a symptom of the bad rows, not news
         for column, key in rules.unseen.items():
             report.missing_columns[column] = key

@@ -13,9 +13,14 @@ column one type (every field of an object column, and the elements of a list col
   that was null all through it, elements in lists that were all empty in it, or a decimal such as
   2.5 in a column of whole numbers in it (``Float value 2.5 was truncated converting to int64``).
 
+One type per column is asked of the whole dataset: that is what a batch needs, and what a folder
+needs when its files load in several processes (``preprocessing_num_workers``). Only a change that
+falls exactly between batches, or files loaded by one process, is cast to the first type instead.
+
 Measured with datasets 4.0.0 and pyarrow 26.0.1; ``tests/test_dataset_types.py`` loads each case
 with the real loader and checks that this module agrees. Not modelled: strings that pyarrow reads as
-timestamps (all of a column's strings in the first batch look like dates, a later one does not).
+timestamps (all of a column's strings in the first batch look like dates, a later one does not), a
+key twice in one object, integers beyond 64 bits.
 """
 
 from __future__ import annotations
@@ -71,6 +76,7 @@ class ColumnTypes:
     def __init__(self) -> None:
         self.columns: dict[Path, Column] = {}
         self.files: list[str | None] = []  # file labels in load order (None: the only file)
+        self.one_batch = True  # one file that the loader parses at once: say so in reasons (conflict_reason)
         self._root = _Node()
         self._nodes: dict[Path, _Node] = {(): self._root}
 
@@ -85,7 +91,7 @@ class ColumnTypes:
 
     def copy(self) -> ColumnTypes:
         other = ColumnTypes()
-        other.files = list(self.files)
+        other.files, other.one_batch = list(self.files), self.one_batch
         for path, column in self.columns.items():
             other._put(path, replace(column))
         return other
@@ -136,7 +142,7 @@ class ColumnTypes:
             change.update(kind=kind, typed=where)
         elif kind != known:
             first = column if column is not None and column.kind == known else None  # None: this row
-            return conflict_reason(path, kind, known, first, self.files)
+            return conflict_reason(path, kind, known, first, self.files, self.one_batch)
         if type(value) is float:
             if (column is None or column.decimal is None) and "decimal" not in change:
                 change["decimal"] = where
@@ -307,16 +313,26 @@ def pyarrow_path(path: Path) -> str:
     return "/" + "/".join(step if isinstance(step, str) else "[]" for step in path)
 
 
-def conflict_reason(path: Path, kind: str, first_kind: str, first: Column | None, files: list[str | None]) -> str:
+def conflict_reason(
+    path: Path, kind: str, first_kind: str, first: Column | None, files: list[str | None], one_batch: bool = True
+) -> str:
     """``first``: the column as the rows before had it; None for earlier in the same row (a list of
-    mixed types)."""
+    mixed types). ``one_batch``: the dataset is one file the loader parses at once (up to 10 MB, or a
+    JSON array); else it stops only within a batch (or across files loaded by several processes), and
+    across batches casts to the first batch's type, which works for some changes (to a string)."""
     name = pyarrow_path(path)
     if first is None or first.typed is None:
-        where = "earlier in this row"
+        where, one_batch = "earlier in this row", True
     else:
         file = files[first.typed[0]] if first.typed[0] < len(files) else None
         where = f"on {file}:{first.typed[1]}" if file else f"on line {first.typed[1]}"
-    return (
-        f"column {name} is a {kind} here but a {first_kind} {where}: LLaMA-Factory's loader stops at this "
-        f"row (pyarrow: Column({name}) changed from {first_kind} to {kind}). Give it one type in every row"
-    )
+    pyarrow = f"(pyarrow: Column({name}) changed from {first_kind} to {kind})"
+    if one_batch:
+        stops = f"LLaMA-Factory's loader stops at this row {pyarrow}"
+    else:
+        parallel = " or the files load in parallel (preprocessing_num_workers)" if len(files) > 1 else ""
+        stops = (
+            f"LLaMA-Factory's loader stops at this row if both share a 10 MB batch {pyarrow}{parallel}, "
+            f"and otherwise keeps it only if it casts to a {first_kind}"
+        )
+    return f"column {name} is a {kind} here but a {first_kind} {where}: {stops}. Give it one type in every row"

@@ -218,6 +218,35 @@ def test_validation_fails_the_big_files_the_loader_fails_on(tmp_path, make):
     assert [b.line for b in report.bad_rows] == ([] if loads else [LATE_FROM + 1])
 
 
+@pytest.mark.parametrize("first, later", [(1, "x"), ("x", 1)], ids=["number, then string", "string, then number"])
+def test_a_type_change_in_a_big_file_stops_the_load_within_its_batch(tmp_path, first, later):
+    """The change falls inside one of the loader's 10 MB batches (unless it is exactly on a batch
+    edge, where datasets casts instead), and the reason says both."""
+    path = tmp_path / "big.jsonl"
+    path.write_bytes(jsonl([padded(i, id=later if i >= LATE_FROM else first) for i in range(BIG_ROWS)]))
+    report = validate_dataset(path, max_errors=3)
+    assert not _loads(path, tmp_path / "cache")
+    assert report.bad_row_count == BIG_ROWS - LATE_FROM
+    assert [b.line for b in report.bad_rows] == [LATE_FROM + 1, LATE_FROM + 2, LATE_FROM + 3]
+    kind = "number" if first == 1 else "string"
+    assert "if both share a 10 MB batch" in report.bad_rows[0].reason
+    assert report.bad_rows[0].reason.endswith(f"keeps it only if it casts to a {kind}. Give it one type in every row")
+
+
+def test_files_loaded_in_parallel_must_agree_where_one_process_would_cast(tmp_path):
+    """Strings in the first file, numbers in the next: one process casts the numbers to strings,
+    several processes (preprocessing_num_workers, 4 to 16 in the presets) cannot merge the files.
+    Validation asks for one type, and says both."""
+    folder, load_order = _folder_of_two(tmp_path)
+    load_order[0].write_bytes(jsonl([qa(i, id=f"x{i}") for i in range(3)]))
+    load_order[1].write_bytes(jsonl([qa(i, id=i) for i in range(3)]))
+    assert _loads_files(load_order, tmp_path / "one")
+    assert not _loads_files(load_order, tmp_path / "two", num_proc=2)
+    report = dataset_check.validate_entry("two", {"file_name": folder.name}, tmp_path)
+    assert [(b.file, b.line) for b in report.bad_rows] == [(load_order[1].name, line) for line in (1, 2, 3)]
+    assert "or the files load in parallel (preprocessing_num_workers)" in report.bad_rows[0].reason
+
+
 @pytest.mark.parametrize("extra_line", [0, 1], ids=["on the last line of the batch", "on the line after"])
 def test_the_first_batch_ends_where_the_loader_ends_it(tmp_path, extra_line):
     """Rows of one length; the first with a new column sits on the batch's last line or just after."""
@@ -264,11 +293,13 @@ def _folder_of_two(tmp_path: Path) -> tuple[Path, list[Path]]:
     return folder, [folder / name for name in os.listdir(folder)]
 
 
-def _loads_files(files: list[Path], cache: Path) -> bool:
-    """As LLaMA-Factory loads a folder: its files as one data_files list (this order: ours)."""
+def _loads_files(files: list[Path], cache: Path, num_proc: int | None = None) -> bool:
+    """As LLaMA-Factory loads a folder: its files as one data_files list, num_proc from
+    preprocessing_num_workers."""
     datasets = pytest.importorskip("datasets")
+    data_files = [str(f) for f in files]
     try:
-        datasets.load_dataset("json", data_files=[str(f) for f in files], split="train", cache_dir=str(cache))
+        datasets.load_dataset("json", data_files=data_files, split="train", cache_dir=str(cache), num_proc=num_proc)
     except Exception:  # any failure to load is what is compared
         return False
     return True
