@@ -32,7 +32,7 @@ from .dataset_entry import (
 from .dataset_parallel import MIN_PARALLEL_BYTES, can_fork, default_jobs, is_json_lines, scan_parallel
 from .dataset_rows import RowRules, make_rules, role_content_tags
 from .dataset_scan import ScanError, ScanStats, iter_rows
-from .dataset_types import LOADER_BATCH_BYTES, ColumnTypes
+from .dataset_types import LOADER_BATCH_BYTES, MAX_COLUMN_PATHS, ColumnTypes
 from .errors import UsageError
 from .findings import Finding, Level
 from .fsutil import atomic_write_text, first_free_name
@@ -260,6 +260,13 @@ def _check_local(report: DatasetReport, path: Path, rules: RowRules, options: _S
     rules.types.one_batch = len(files) == 1 and first_batch is None
     good = sum(_check_file(report, file, rules, options, file.name if labelled else None) for file in files)
     good -= _add_late_rows(report, rules.types, first_batch, options.max_errors)
+    if rules.types.overflow is not None:
+        number, line = rules.types.overflow
+        where = f"{rules.types.files[number]}:{line}" if rules.types.files[number] else f"line {line}"
+        report.warnings.append(
+            f"more than {MAX_COLUMN_PATHS:,} column paths (keys used as ids?): the types of those first seen from "
+            f"{where} on are not checked, and pyarrow makes every key a column of its own"
+        )
     if good:  # with no good row at all, a column never seen is a symptom of the bad rows, not news
         for column, key in rules.unseen.items():
             report.missing_columns[column] = key

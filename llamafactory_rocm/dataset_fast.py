@@ -44,6 +44,8 @@ _UNSET = msgspec.UnsetType
 _WHOLE = Annotated[float, msgspec.Meta(multiple_of=1)]  # a decimal that is a whole number (2.0)
 # A file whose chunks keep bringing new keys (ids used as keys, say) is left to the line-by-line scan.
 MAX_LEARNED_CHUNKS = 32
+# Column paths a row struct types at most: more (keys used as ids) would cost more to build than to scan.
+MAX_TYPED_PATHS = 1_000
 _PLAIN = msgspec.json.Decoder()  # any JSON, as Python objects
 
 
@@ -102,6 +104,8 @@ def prove_clean(
         if structs is None:  # the first chunk, something new, or a bad row: learn, then try again
             learned += 1
             if learned > MAX_LEARNED_CHUNKS or not _learn_types(types, chunk, rows):
+                return None
+            if len(types.columns) > MAX_TYPED_PATHS:
                 return None
             decoder = plan.decoder_for(types)
             structs = _decode(decoder, chunk)

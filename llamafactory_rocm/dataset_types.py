@@ -35,6 +35,8 @@ Path = tuple[str | int, ...]  # ("messages", ITEM, "from") is pyarrow's /message
 Where = tuple[int, int]  # (file number, in load order; line)
 
 LOADER_BATCH_BYTES = 10 << 20  # datasets' JsonConfig.chunksize (datasets 4.0.0)
+# Column paths kept at most: keys used as ids (a new key every row) would otherwise grow without bound.
+MAX_COLUMN_PATHS = 10_000
 NULL = "null"  # a column with only nulls so far: the first other type decides it
 _KIND = {str: "string", int: "number", float: "number", bool: "boolean", dict: "object", list: "array"}
 _ADMITS = {"string": (str,), "number": (int,), "boolean": (bool,), "object": (dict,), "array": (list,), NULL: ()}
@@ -77,6 +79,7 @@ class ColumnTypes:
         self.columns: dict[Path, Column] = {}
         self.files: list[str | None] = []  # file labels in load order (None: the only file)
         self.one_batch = True  # one file that the loader parses at once: say so in reasons (conflict_reason)
+        self.overflow: Where | None = None  # the first row with a path past MAX_COLUMN_PATHS
         self._root = _Node()
         self._nodes: dict[Path, _Node] = {(): self._root}
 
@@ -91,7 +94,7 @@ class ColumnTypes:
 
     def copy(self) -> ColumnTypes:
         other = ColumnTypes()
-        other.files, other.one_batch = list(self.files), self.one_batch
+        other.files, other.one_batch, other.overflow = list(self.files), self.one_batch, self.overflow
         for path, column in self.columns.items():
             other._put(path, replace(column))
         return other
@@ -124,9 +127,16 @@ class ColumnTypes:
             reason = self._change(path, value, where, changes)
             if reason is not None:
                 return reason
+        room = MAX_COLUMN_PATHS - len(self.columns)
         for path, change in changes.items():
             column = self.columns.get(path)
-            self._put(path, replace(column, **change) if column is not None else Column(**change))
+            if column is not None:
+                self._put(path, replace(column, **change))
+            elif room > 0:
+                self._put(path, Column(**change))
+                room -= 1
+            elif self.overflow is None:  # memory stays bounded: what is below this is not checked
+                self.overflow = where
         return None
 
     def _change(self, path: Path, value: Any, where: Where, changes: dict[Path, dict[str, Any]]) -> str | None:
@@ -170,8 +180,14 @@ class ColumnTypes:
         def shift(where: Where | None) -> Where | None:
             return None if where is None else (number, where[1] + line_offset)
 
+        if self.overflow is None and other.overflow is not None:
+            self.overflow = shift(other.overflow)
         for path, theirs in other.columns.items():
             ours = self.columns.get(path)
+            if ours is None and (len(self.columns) >= MAX_COLUMN_PATHS or path[:-1] not in self._nodes):
+                if self.overflow is None:  # as in conflict: bounded, and said so
+                    self.overflow = shift(theirs.appeared)
+                continue
             merged = ours or Column(appeared=shift(theirs.appeared))  # type: ignore[arg-type]
             if merged.kind == NULL and theirs.kind != NULL:
                 merged = replace(merged, kind=theirs.kind, typed=shift(theirs.typed))

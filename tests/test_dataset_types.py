@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from llamafactory_rocm import dataset_check, dataset_fast, dataset_parallel
+from llamafactory_rocm import dataset_check, dataset_fast, dataset_parallel, dataset_types
 from llamafactory_rocm.dataset_check import validate_dataset
 from llamafactory_rocm.dataset_entry import resolve_mapping
 from llamafactory_rocm.dataset_fast import prove_clean
@@ -331,6 +331,24 @@ def test_whole_decimals_keep_the_fast_path(tmp_path, monkeypatch):
     assert clean is not None
     column = clean.types.columns[("score",)]
     assert (column.decimal, column.fraction) == ((0, 4), (0, 251))
+
+
+def test_keys_used_as_ids_keep_memory_bounded_and_say_so(tmp_path, monkeypatch):
+    """A new key in every row would make a column path each: past MAX_COLUMN_PATHS they are not
+    kept (a warning says from where), and past MAX_TYPED_PATHS the fast path steps aside."""
+    monkeypatch.setattr(dataset_types, "MAX_COLUMN_PATHS", 50)
+    monkeypatch.setattr(dataset_check, "MAX_COLUMN_PATHS", 50)
+    monkeypatch.setattr(dataset_fast, "MAX_TYPED_PATHS", 20)
+    monkeypatch.setattr(dataset_fast, "CHUNK_BYTES", 512)
+    rows = [qa(i, scores={f"user{i}": i}) for i in range(200)]
+    path = tmp_path / "ids.jsonl"
+    path.write_bytes(jsonl(rows))
+    assert prove_clean(path, 0, path.stat().st_size, ALPACA) is None
+    report = validate_dataset(path)
+    assert report.as_json() == validate_dataset(path, fast=False).as_json()
+    assert report.ok
+    assert len(report.warnings) == 1 and report.warnings[0].startswith("more than 50 column paths")
+    assert "from line 47 on are not checked" in report.warnings[0]  # 4 paths, then one a row: 51 on row 47
 
 
 @pytest.mark.parametrize("depth", [600, 1200])
