@@ -431,8 +431,10 @@ def _scan_rows_parallel(
     good = 0
     unseen = set(rules.unseen)
     ranges = list(scan_parallel(path, rules.mapping, options.max_errors, options.jobs, on_bytes, fast=options.fast))
-    if any(part.type_conflicts for _, part in ranges):
-        return None  # a row strays: its reason names where its column got its type, which one pass knows
+    if any(part.type_conflicts or part.types.overflow is not None for _, part in ranges):
+        # A row strays (its reason names where its column got its type), or a range kept no more
+        # paths (a column the file knows may be new to it): only one pass knows.
+        return None
     types = rules.types.copy()
     for offset, part in ranges:
         if types.disagreement(part.types, offset) is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import codecs
 import json
 import re
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,14 +58,31 @@ def iter_rows(
     range cut just after a newline; see dataset_parallel).
     """
     stats = stats if stats is not None else ScanStats()
-    with open(path, "rb") as handle:
-        source: Any = handle
-        if start or end is not None:
-            handle.seek(start)
-            source = _Window(handle, (end if end is not None else 1 << 62) - start)
-        chunks = _decoded_chunks(source, chunk_bytes, stats, on_bytes)
-        layout = "json-lines" if start else None
-        yield from _merge_in_line_order(_parse(chunks, stats, layout))
+    # json's parser stops at the recursion limit, which counts the frames above it too: the same
+    # depth of JSON (about 1,000) reads the same from a script, the CLI or a worker process.
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(_stack_depth() + JSON_DEPTH)
+    try:
+        with open(path, "rb") as handle:
+            source: Any = handle
+            if start or end is not None:
+                handle.seek(start)
+                source = _Window(handle, (end if end is not None else 1 << 62) - start)
+            chunks = _decoded_chunks(source, chunk_bytes, stats, on_bytes)
+            layout = "json-lines" if start else None
+            yield from _merge_in_line_order(_parse(chunks, stats, layout))
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+JSON_DEPTH = 1000  # Python's default recursion limit, counted from the scan rather than from the process
+
+
+def _stack_depth() -> int:
+    frame, depth = sys._getframe(1), 0
+    while frame is not None:
+        frame, depth = frame.f_back, depth + 1
+    return depth
 
 
 class _Window:

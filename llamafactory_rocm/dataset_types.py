@@ -86,6 +86,16 @@ class ColumnTypes:
     def __repr__(self) -> str:
         return f"ColumnTypes({self.columns!r})"
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (back from a worker) without the tree, which is as deep as the data: pickle recurses."""
+        return {"columns": self.columns, "files": self.files, "one_batch": self.one_batch, "overflow": self.overflow}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__()  # type: ignore[misc]
+        self.files, self.one_batch, self.overflow = state["files"], state["one_batch"], state["overflow"]
+        for path, column in state["columns"].items():  # parents first: the order they were recorded in
+            self._put(path, column)
+
     def file_number(self, file: str | None) -> int:
         """The number of a file in load order; call it as each file starts."""
         if file not in self.files:
@@ -180,13 +190,11 @@ class ColumnTypes:
         def shift(where: Where | None) -> Where | None:
             return None if where is None else (number, where[1] + line_offset)
 
-        if self.overflow is None and other.overflow is not None:
-            self.overflow = shift(other.overflow)
+        skipped = [shift(other.overflow)] if other.overflow is not None else []
         for path, theirs in other.columns.items():
             ours = self.columns.get(path)
             if ours is None and (len(self.columns) >= MAX_COLUMN_PATHS or path[:-1] not in self._nodes):
-                if self.overflow is None:  # as in conflict: bounded, and said so
-                    self.overflow = shift(theirs.appeared)
+                skipped.append(shift(theirs.appeared))  # as in conflict: bounded, and said so
                 continue
             merged = ours or Column(appeared=shift(theirs.appeared))  # type: ignore[arg-type]
             if merged.kind == NULL and theirs.kind != NULL:
@@ -196,6 +204,8 @@ class ColumnTypes:
             if merged.fraction is None and theirs.fraction is not None:
                 merged = replace(merged, fraction=shift(theirs.fraction))
             self._put(path, merged)
+        if self.overflow is None and skipped:
+            self.overflow = min(where for where in skipped if where is not None)
 
     # -- the loader's first batch -----------------------------------------------------------------
 
@@ -326,7 +336,8 @@ def _known_value(node: _Node, value: Any) -> bool:
 
 def pyarrow_path(path: Path) -> str:
     """How pyarrow names a column path in its errors: /messages/[]/from."""
-    return "/" + "/".join(step if isinstance(step, str) else "[]" for step in path)
+    name = "/" + "/".join(step if isinstance(step, str) else "[]" for step in path)
+    return name.encode("utf-8", "backslashreplace").decode("utf-8")  # a lone surrogate ("\ud800") prints
 
 
 def conflict_reason(

@@ -856,3 +856,19 @@ def test_parallel_scan_keeps_a_column_seen_in_any_range(tmp_path, monkeypatch):
     rows[1900].pop("input")
     write_rows(path, rows, "jsonl")
     assert "KeyError: 'input'" in validate_dataset(path, jobs=2).errors[0]
+
+
+def test_output_closed_early_stops_quietly(tmp_path):
+    """`datasets validate big.jsonl | head -1`: exit 141 as for SIGPIPE, and no traceback."""
+    import subprocess
+
+    path = tmp_path / "bad.jsonl"
+    path.write_text("".join(json.dumps({"instruction": "q", "input": "", "output": ""}) + "\n" for _ in range(20000)))
+    command = [sys.executable, "-m", "llamafactory_rocm.cli.main", "datasets", "validate", str(path)]
+    with subprocess.Popen([*command, "--max-errors", "20000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE) as run:
+        assert run.stdout is not None and run.stderr is not None
+        assert run.stdout.readline().startswith(str(path).encode())
+        run.stdout.close()
+        stderr = run.stderr.read().decode()
+    assert run.returncode == 141, stderr
+    assert "Traceback" not in stderr

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -349,6 +352,66 @@ def test_keys_used_as_ids_keep_memory_bounded_and_say_so(tmp_path, monkeypatch):
     assert report.ok
     assert len(report.warnings) == 1 and report.warnings[0].startswith("more than 50 column paths")
     assert "from line 47 on are not checked" in report.warnings[0]  # 4 paths, then one a row: 51 on row 47
+
+
+def test_a_worker_that_keeps_no_more_paths_hands_the_file_to_one_pass(tmp_path, monkeypatch):
+    """Each worker's table fills on its own: a column the file knows may be new to the second
+    range, so its clash would go unseen there (found in review)."""
+    if not dataset_parallel.can_fork():
+        pytest.skip("no fork on this platform: the scan stays in one process")
+    monkeypatch.setattr(dataset_types, "MAX_COLUMN_PATHS", 50)
+    monkeypatch.setattr(dataset_check, "MAX_COLUMN_PATHS", 50)
+    monkeypatch.setattr(dataset_fast, "MAX_TYPED_PATHS", 20)
+    rows = [qa(0, x=1)] + [qa(i, scores={f"u{i}": i}) for i in range(1, 120)] + [qa(120, x="s")]
+    path = tmp_path / "ids.jsonl"
+    path.write_bytes(jsonl(rows))
+    monkeypatch.setattr(dataset_check, "MIN_PARALLEL_BYTES", 0)
+    monkeypatch.setattr(dataset_parallel, "RANGE_BYTES", path.stat().st_size // 2 + 1)
+    many = validate_dataset(path, jobs=2)
+    assert many.as_json() == validate_dataset(path, fast=False).as_json()
+    assert [line for line, _ in type_findings(many)] == [121]
+
+
+def test_column_types_travel_between_processes_however_deep(tmp_path):
+    """A worker pickles its types back: the tree is as deep as the data, the pickle is not."""
+    types = ColumnTypes()
+    types.conflict(qa(0, deep=json.loads("[" * 400 + "1" + "]" * 400)), 1)
+    back = pickle.loads(pickle.dumps(types))
+    assert back.columns == types.columns
+    assert back.conflict(qa(1, deep=json.loads("[" * 400 + '"x"' + "]" * 400)), 2) is not None
+
+
+def test_how_deep_json_may_nest_does_not_depend_on_the_caller(tmp_path):
+    """Python's json stops at the recursion limit, which counts the caller's frames too: the scan
+    counts from itself, so a script, the CLI and a worker agree (found in review)."""
+    path = tmp_path / "deep.jsonl"
+    nested = "[" * 980 + "]" * 980
+    path.write_text(json.dumps(qa(0))[:-1] + f', "deep": {nested}}}\n' + json.dumps(qa(1)) + "\n")
+
+    def from_deeper(frames: int) -> dict:
+        return from_deeper(frames - 1) if frames else validate_dataset(path, fast=False).as_json()
+
+    assert from_deeper(0) == from_deeper(300)
+    assert from_deeper(0)["ok"]
+
+
+def test_a_key_that_is_not_valid_unicode_prints(tmp_path):
+    """A lone surrogate (\\ud800) in a key reaches the reason; the CLI prints it escaped, no traceback."""
+    path = tmp_path / "sur.jsonl"
+    path.write_text(
+        json.dumps({**qa(0), "\ud800": 1}) + "\n" + json.dumps({**qa(1), "\ud800": "s"}) + "\n", encoding="ascii"
+    )
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8"}  # strict: what a UTF-8 terminal does
+    run = subprocess.run(
+        [sys.executable, "-m", "llamafactory_rocm.cli.main", "datasets", "validate", str(path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        errors="replace",
+    )
+    assert run.returncode == 1, run.stderr
+    assert "Traceback" not in run.stderr
+    assert "column /\\ud800 is a string here" in run.stdout
 
 
 @pytest.mark.parametrize("depth", [600, 1200])

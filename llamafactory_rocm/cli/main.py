@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -31,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    for stream in (sys.stdout, sys.stderr):  # a file name or key that is not UTF-8 still prints, escaped
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     # `check cfg.yaml --gpu mi300x lr=1e-4`: key=value after an option is still an override.
@@ -48,6 +52,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("llamafactory-rocm: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `... | head` closed the output: stop quietly, as a shell tool does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error when Python flushes at exit
+        return 141
 
 
 if __name__ == "__main__":
