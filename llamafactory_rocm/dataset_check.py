@@ -261,8 +261,7 @@ def _check_local(report: DatasetReport, path: Path, rules: RowRules, options: _S
     good = sum(_check_file(report, file, rules, options, file.name if labelled else None) for file in files)
     good -= _add_late_rows(report, rules.types, first_batch, options.max_errors)
     if rules.types.overflow is not None:
-        number, line = rules.types.overflow
-        where = f"{rules.types.files[number]}:{line}" if rules.types.files[number] else f"line {line}"
+        where = rules.types.place(rules.types.overflow)
         report.warnings.append(
             f"more than {MAX_COLUMN_PATHS:,} column paths (keys used as ids?): the types of those first seen from "
             f"{where} on are not checked, and pyarrow makes every key a column of its own"
@@ -399,7 +398,7 @@ def _record_clean(report: DatasetReport, rules: RowRules, clean: CleanRange, lab
     rules.types.absorb(clean.types, file=label)
     report.rows += clean.rows
     report.layout = report.layout or "json-lines"
-    for column in clean.seen:
+    for column in clean.types.seen_columns():
         rules.unseen.pop(column, None)
     return True
 

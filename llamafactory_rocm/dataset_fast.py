@@ -60,12 +60,11 @@ Field = tuple[str, Typer, Any]  # (data column, its typer, default)
 
 @dataclass(frozen=True)
 class CleanRange:
-    """A range proven clean: every line one good row. ``seen`` holds the top-level columns that at
-    least one of its rows has; ``types`` every column's type and first rows (lines from the range's)."""
+    """A range proven clean: every line one good row. ``types``: every column's type and first rows
+    (lines from the range's), and so which columns some row has (``types.seen_columns()``)."""
 
     rows: int
     newlines: int
-    seen: frozenset[str]
     types: ColumnTypes
 
 
@@ -115,7 +114,7 @@ def prove_clean(
             return None
         rows += lines
         newlines += chunk_newlines
-    return CleanRange(rows, newlines, frozenset(types.seen_columns()), types)
+    return CleanRange(rows, newlines, types)
 
 
 def _decode(decoder: msgspec.json.Decoder | None, chunk: memoryview) -> list[Any] | None:

@@ -90,7 +90,8 @@ def scan_range(task: tuple[str, int, int, RowMapping, int, bool]) -> RangeResult
     rules = make_rules(mapping)
     clean = prove_clean(Path(path), start, end, mapping) if fast else None
     if clean is not None:
-        unseen = {column for column in rules.unseen if column not in clean.seen}
+        seen = clean.types.seen_columns()
+        unseen = {column for column in rules.unseen if column not in seen}
         return RangeResult(clean.rows, unseen=unseen, types=clean.types, newlines=clean.newlines, layout="json-lines")
     check, types = rules.check, rules.types
     stats = ScanStats()

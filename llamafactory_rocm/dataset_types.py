@@ -233,6 +233,10 @@ class ColumnTypes:
                 found.setdefault(late[0], late[1])
         return sorted(found.items())
 
+    def place(self, where: Where) -> str:
+        """``line 4``, or ``b.jsonl:4`` in a folder."""
+        return _place(self.files, where)
+
     def seen_columns(self) -> set[str]:
         """The top-level columns that some row has had."""
         return {path[0] for path in self.columns if len(path) == 1 and isinstance(path[0], str)}
@@ -351,8 +355,7 @@ def conflict_reason(
     if first is None or first.typed is None:
         where, one_batch = "earlier in this row", True
     else:
-        file = files[first.typed[0]] if first.typed[0] < len(files) else None
-        where = f"on {file}:{first.typed[1]}" if file else f"on line {first.typed[1]}"
+        where = f"on {_place(files, first.typed)}"
     pyarrow = f"(pyarrow: Column({name}) changed from {first_kind} to {kind})"
     if one_batch:
         stops = f"LLaMA-Factory's loader stops at this row {pyarrow}"
@@ -363,3 +366,8 @@ def conflict_reason(
             f"and otherwise keeps it only if it casts to a {first_kind}"
         )
     return f"column {name} is a {kind} here but a {first_kind} {where}: {stops}. Give it one type in every row"
+
+
+def _place(files: list[str | None], where: Where) -> str:
+    file = files[where[0]] if where[0] < len(files) else None
+    return f"{file}:{where[1]}" if file else f"line {where[1]}"

@@ -84,11 +84,11 @@ def test_optional_columns_are_seen_only_where_a_row_has_them(tmp_path):
     entry = {"file_name": "qa.jsonl", "columns": {"prompt": "q", "response": "a", "system": "sys"}}
     (tmp_path / "dataset_info.json").write_text(json.dumps({"qa": entry}))
     path = write(tmp_path, jsonl([{"q": "x", "a": "y"}, {"q": "x", "a": "y", "sys": None}]))
-    assert prove(path, resolve_mapping(entry)).seen == {"q", "a", "sys"}
+    assert prove(path, resolve_mapping(entry)).types.seen_columns() == {"q", "a", "sys"}
     fast = validate_dataset("qa", tmp_path).as_json()
     assert fast == validate_dataset("qa", tmp_path, fast=False).as_json() and fast["ok"]
     path = write(tmp_path, jsonl([{"q": "x", "a": "y"}]))
-    assert prove(path, resolve_mapping(entry)).seen == {"q", "a"}
+    assert prove(path, resolve_mapping(entry)).types.seen_columns() == {"q", "a"}
     fast = validate_dataset("qa", tmp_path).as_json()
     assert fast == validate_dataset("qa", tmp_path, fast=False).as_json()
     assert "KeyError: 'sys'" in fast["errors"][0]
