@@ -92,9 +92,9 @@ class ColumnTypes:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__()  # type: ignore[misc]
-        self.files, self.one_batch, self.overflow = state["files"], state["one_batch"], state["overflow"]
+        self.files, self.one_batch, self.overflow = list(state["files"]), state["one_batch"], state["overflow"]
         for path, column in state["columns"].items():  # parents first: the order they were recorded in
-            self._put(path, column)
+            self._put(path, column)  # shared safely: a Column is replaced on change, never edited
 
     def file_number(self, file: str | None) -> int:
         """The number of a file in load order; call it as each file starts."""
@@ -104,9 +104,7 @@ class ColumnTypes:
 
     def copy(self) -> ColumnTypes:
         other = ColumnTypes()
-        other.files, other.one_batch, other.overflow = list(self.files), self.one_batch, self.overflow
-        for path, column in self.columns.items():
-            other._put(path, replace(column))
+        other.__setstate__(self.__getstate__())
         return other
 
     def _put(self, path: Path, column: Column) -> None:
