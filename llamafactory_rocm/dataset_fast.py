@@ -30,7 +30,7 @@ import numpy as np
 from .dataset_entry import RowMapping
 from .dataset_rows import OPTIONAL_ALPACA_KEYS, OPTIONAL_CHAT_KEYS, is_blank
 from .dataset_scan import carry_to_front
-from .dataset_types import ITEM, NULL, ColumnTypes
+from .dataset_types import INT64_MAX, INT64_MIN, ITEM, NULL, ColumnTypes
 from .dataset_types import Path as TypePath
 
 # A thousand-odd rows per decode call: the chunk and the structs made from it stay in the CPU's
@@ -41,7 +41,9 @@ _LF, _CR, _OPEN, _CLOSE = 0x0A, 0x0D, 0x7B, 0x7D  # \n \r { }
 _TEXT = Annotated[str, msgspec.Meta(min_length=1)]  # a string, not empty (checked in C)
 _NEVER = Annotated[int, msgspec.Meta(ge=1, le=0)]  # admits no value: the elements of lists seen empty so far
 _UNSET = msgspec.UnsetType
-_WHOLE = Annotated[float, msgspec.Meta(multiple_of=1)]  # a decimal that is a whole number (2.0)
+# Numbers that pyarrow can hold as int64 (dataset_types.fits_int64): anything else is news, learnt.
+_INT64 = Annotated[int, msgspec.Meta(ge=INT64_MIN, le=INT64_MAX)]
+_WHOLE = Annotated[float, msgspec.Meta(multiple_of=1, ge=INT64_MIN, lt=2**63)]  # 2.0, not 2.5 or 1e20
 # A file whose chunks keep bringing new keys (ids used as keys, say) is left to the line-by-line scan.
 MAX_LEARNED_CHUNKS = 32
 # Column paths a row struct types at most: more (keys used as ids) would cost more to build than to scan.
@@ -238,7 +240,7 @@ def _data_type(types: ColumnTypes, path: TypePath, field: bool) -> Any:
     if column.kind == "string":
         kind = str
     elif column.kind == "number":  # news, so learnt: the first decimal, then the first not whole
-        kind = int if column.decimal is None else int | _WHOLE if column.fraction is None else int | float
+        kind = _INT64 if column.decimal is None else _INT64 | _WHOLE if column.fraction is None else int | float
     elif column.kind == "boolean":
         kind = bool
     elif column.kind == "array":

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import codecs
 import json
+import math
 import re
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -295,8 +297,10 @@ def _refill(buf: str, pos: int, line: int, chunks: Iterator) -> tuple[str, bool,
 
 def _parse_lines(buf: str, line: int, eof: bool, chunks: Iterator, stats: ScanStats) -> Iterator[Any]:
     """One JSON value per line; a bad line is reported and skipped, so every bad line is found."""
-    decode = json.JSONDecoder().raw_decode
+    too_big: list[str] = []  # decimals of the current row beyond a double (pyarrow stops at them)
+    decode = json.JSONDecoder(parse_float=partial(_decimal, too_big)).raw_decode
     ws, tail = _WS.match, _LINE_TAIL.match
+    escapes = _may_hold_surrogates(buf)
     pos = 0  # where the next value may start; ``line`` is the line of ``pos``
     skipping = False  # inside a bad line that goes on past the buffer
     tail_due = False  # a value ended at the buffer's end: what follows it on its line is unseen
@@ -320,6 +324,7 @@ def _parse_lines(buf: str, line: int, eof: bool, chunks: Iterator, stats: ScanSt
             try:
                 value, end = decode(buf, pos)
             except (json.JSONDecodeError, RecursionError) as caught:
+                too_big.clear()
                 err = _as_decode_error(caught, buf, pos)
                 if _needs_more(err, buf, eof):
                     break
@@ -332,7 +337,13 @@ def _parse_lines(buf: str, line: int, eof: bool, chunks: Iterator, stats: ScanSt
                 line += 1
                 continue
             if end == n and not eof:
+                too_big.clear()
                 break  # a number cut by the chunk's end parses too: wait for the rest
+            if too_big or (escapes and _SURROGATE_ESCAPE.search(buf, pos, end)):  # rare: values pyarrow cannot hold
+                problem = _unloadable_in_lines(too_big, value)
+                too_big.clear()
+                if problem is not None:
+                    value = ScanError(problem, is_row=True)
             yield line, value
             if find("\n", pos) == end:  # the common case: the value fills its line (memchr, not count)
                 line += 1
@@ -349,6 +360,7 @@ def _parse_lines(buf: str, line: int, eof: bool, chunks: Iterator, stats: ScanSt
             stats.end_line = line
             return
         buf, eof, errors = _refill(buf, pos, line, chunks)
+        escapes = _may_hold_surrogates(buf)
         pos = 0
         if errors:
             yield 0, errors
@@ -372,7 +384,9 @@ def _line_tail(buf: str, pos: int, line: int, eof: bool) -> Iterator[Any]:
 
 def _parse_array(buf: str, line: int, eof: bool, chunks: Iterator) -> Iterator[Any]:
     """``[ value, value, ... ]``: a malformed value ends the scan, as there is no sure place to resume."""
-    decode = json.JSONDecoder().raw_decode
+    too_big: list[str] = []  # integers of the current row beyond 64 bits (pandas stops at them)
+    decode = json.JSONDecoder(parse_int=partial(_integer, too_big)).raw_decode
+    escapes = _may_hold_surrogates(buf)
     ws, sep = _WS.match, _SEPARATOR.match
     pos = 1  # past "["
     expect = "first"  # "first" (a value or "]"), "value" (after ","), "separator" ("," or "]")
@@ -405,6 +419,7 @@ def _parse_array(buf: str, line: int, eof: bool, chunks: Iterator) -> Iterator[A
             try:
                 value, end = decode(buf, pos)
             except (json.JSONDecodeError, RecursionError) as caught:
+                too_big.clear()
                 err = _as_decode_error(caught, buf, pos)
                 if _needs_more(err, buf, eof):
                     break
@@ -412,7 +427,13 @@ def _parse_array(buf: str, line: int, eof: bool, chunks: Iterator) -> Iterator[A
                 yield from _drain(buf, pos, line, eof, chunks)
                 return
             if end == n and not eof:
+                too_big.clear()
                 break  # a number cut by the chunk's end parses too: wait for the rest
+            if too_big or (escapes and _SURROGATE_ESCAPE.search(buf, pos, end)):  # rare: values pandas cannot hold
+                problem = _unloadable_in_array(too_big, value)
+                too_big.clear()
+                if problem is not None:
+                    value = ScanError(problem, is_row=True)
             yield line, value
             line += buf.count("\n", pos, end)
             pos = end
@@ -421,9 +442,97 @@ def _parse_array(buf: str, line: int, eof: bool, chunks: Iterator) -> Iterator[A
             yield line, ScanError(_unterminated_array(expect))
             return
         buf, eof, errors = _refill(buf, pos, line, chunks)
+        escapes = _may_hold_surrogates(buf)
         pos = 0
         if errors:
             yield 0, errors
+
+
+# -- values that parse but that LLaMA-Factory's loader cannot hold (datasets 4.0.0, pyarrow 26.0.1,
+# pandas 3.1.1; each case loaded for real in tests/test_dataset_types.py) ---------------------------
+
+# JSON lines (pyarrow) stop at a decimal beyond a double's range and at a UTF-16 surrogate escape
+# without its other half, and read an integer beyond int64 as a double (dataset_types). A JSON array
+# (pandas) reads 1e400 as inf, but stops at an integer outside int64 and uint64, and at a lone
+# surrogate, or drops it from the text without a word (a high one before anything but an escape).
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # \ud800 to \udfff, as written in the file
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # what is left in a string after a pair is joined
+_INTEGER_RANGE = range(-(2**63), 2**64)
+_DECIMAL_TOO_BIG = (
+    "the number {} is beyond what a double holds: LLaMA-Factory's loader stops at this row (pyarrow: "
+    "Number too big to be stored in double). Write a smaller number, or write it as a string"
+)
+_INTEGER_TOO_BIG = (
+    "the integer {} does not fit in 64 bits: LLaMA-Factory's loader cannot read this JSON array (pandas "
+    "stops at it; datasets then reports pyarrow's 'Column() changed from object to array'). Write it "
+    "as a string, or the file as JSON lines"
+)
+_SURROGATE = "a string here holds {} without the other half of its UTF-16 surrogate pair: LLaMA-Factory's loader {}"
+_SURROGATE_LINES = (
+    "stops at this row (pyarrow: The surrogate pair in string is invalid). Write the character itself, or "
+    "both halves of the pair"
+)
+_SURROGATE_ARRAY = (
+    "stops at it or drops it from the text (pandas reads a JSON array). Write the character itself, or "
+    "both halves of the pair"
+)
+
+
+def _may_hold_surrogates(buf: str) -> bool:
+    """Whether a buffer has a surrogate escape: one memchr for the common buffer without a backslash."""
+    return buf.find("\\") >= 0 and _SURROGATE_ESCAPE.search(buf) is not None
+
+
+def _decimal(too_big: list[str], text: str) -> float:
+    number = float(text)
+    if number in (math.inf, -math.inf):  # written as digits; the literal Infinity loads
+        too_big.append(text)
+    return number
+
+
+def _integer(too_big: list[str], text: str) -> int:
+    number = int(text)
+    if number not in _INTEGER_RANGE:
+        too_big.append(text)
+    return number
+
+
+def _unloadable_in_lines(too_big: list[str], row: Any) -> str | None:
+    if too_big:
+        return _DECIMAL_TOO_BIG.format(_shown(too_big[0]))
+    return _lone_surrogate(row, _SURROGATE_LINES)
+
+
+def _unloadable_in_array(too_big: list[str], row: Any) -> str | None:
+    if too_big:
+        return _INTEGER_TOO_BIG.format(_shown(too_big[0]))
+    return _lone_surrogate(row, _SURROGATE_ARRAY)
+
+
+def _lone_surrogate(row: Any, outcome: str) -> str | None:
+    for text in _strings(row):
+        found = _LONE_SURROGATE.search(text)
+        if found is not None:
+            return _SURROGATE.format(f"\\u{ord(found.group()):04x}", outcome)
+    return None
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every key and string in a value (a stack: a row may nest deeper than Python recurses)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if type(item) is str:
+            yield item
+        elif type(item) is dict:
+            yield from item.keys()
+            stack.extend(item.values())
+        elif type(item) is list:
+            stack.extend(item)
+
+
+def _shown(literal: str) -> str:
+    return literal if len(literal) <= 40 else f"{literal[:20]}...{literal[-8:]} ({len(literal)} digits)"
 
 
 def _after_array(buf: str, pos: int, line: int, eof: bool, chunks: Iterator) -> Iterator[Any]:

@@ -20,7 +20,12 @@ falls exactly between batches, or files loaded by one process, is cast to the fi
 Measured with datasets 4.0.0 and pyarrow 26.0.1; ``tests/test_dataset_types.py`` loads each case
 with the real loader and checks that this module agrees. Not modelled: strings that pyarrow reads as
 timestamps (all of a column's strings in the first batch look like dates, a later one does not), a
-key twice in one object, integers beyond 64 bits.
+key twice in one object.
+
+An integer beyond int64 reads as a double, like a decimal that is not whole: after a first batch of
+whole numbers it stops the load in the same way (``Float value 1e+20 was truncated converting to
+int64``). Values that no batch can hold at all (1e400, lone surrogates; for a JSON array, integers
+beyond 64 bits) are the scan's to report (``dataset_scan``).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ LOADER_BATCH_BYTES = 10 << 20  # datasets' JsonConfig.chunksize (datasets 4.0.0)
 # Column paths kept at most: keys used as ids (a new key every row) would otherwise grow without bound.
 MAX_COLUMN_PATHS = 10_000
 NULL = "null"  # a column with only nulls so far: the first other type decides it
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # pyarrow reads an integer outside these as a double
 _KIND = {str: "string", int: "number", float: "number", bool: "boolean", dict: "object", list: "array"}
 _ADMITS = {"string": (str,), "number": (int,), "boolean": (bool,), "object": (dict,), "array": (list,), NULL: ()}
 
@@ -161,10 +167,10 @@ class ColumnTypes:
         elif kind != known:
             first = column if column is not None and column.kind == known else None  # None: this row
             return conflict_reason(path, kind, known, first, self.files, self.one_batch)
-        if type(value) is float:
+        if type(value) is float or (type(value) is int and not fits_int64(value)):
             if (column is None or column.decimal is None) and "decimal" not in change:
                 change["decimal"] = where
-            if (column is None or column.fraction is None) and "fraction" not in change and not value.is_integer():
+            if (column is None or column.fraction is None) and "fraction" not in change and not fits_int64(value):
                 change["fraction"] = where
         return None
 
@@ -271,9 +277,9 @@ def _late(path: Path, column: Column, in_first_batch: Any, batch: str) -> tuple[
         )
     if column.kind == "number" and column.fraction is not None and not in_first_batch(column.decimal):
         return column.fraction, (
-            f"column {name} holds whole numbers only in the loader's first batch ({batch}) and a decimal "
-            "here: LLaMA-Factory's loader stops (pyarrow: Float value was truncated converting to int64). "
-            "Write one number in the first batch as a decimal (1.0)"
+            f"column {name} holds whole numbers only in the loader's first batch ({batch}) and a decimal or "
+            "an integer past int64 here: LLaMA-Factory's loader stops (pyarrow: Float value was truncated "
+            "converting to int64). Write one number in the first batch as a decimal (1.0)"
         )
     return None
 
@@ -309,6 +315,8 @@ def _known(node: _Node, obj: dict[str, Any]) -> bool:
         kind = type(value)
         if kind not in child.admits:
             return False
+        if kind is int and not INT64_MIN <= value <= INT64_MAX and float not in child.admits:
+            return False  # news: a double, as a fraction is
         if kind is dict:
             if not _known(child, value):
                 return False
@@ -329,11 +337,20 @@ def _known_value(node: _Node, value: Any) -> bool:
     kind = type(value)
     if kind not in node.admits:
         return False
+    if kind is int and not INT64_MIN <= value <= INT64_MAX and float not in node.admits:
+        return False
     if kind is dict:
         return _known(node, value)
     if kind is list and value:
         return node.item is not None and all(_known_value(node.item, item) for item in value)
     return True
+
+
+def fits_int64(number: float) -> bool:
+    """pyarrow holds a number as int64 only when it is whole and in range: 2 and 2.0, not 2.5, 1e20 or 2**64."""
+    if type(number) is float and not number.is_integer():
+        return False
+    return INT64_MIN <= number <= INT64_MAX
 
 
 def pyarrow_path(path: Path) -> str:
