@@ -30,7 +30,7 @@ import numpy as np
 from .dataset_entry import RowMapping
 from .dataset_rows import OPTIONAL_ALPACA_KEYS, OPTIONAL_CHAT_KEYS, is_blank
 from .dataset_scan import carry_to_front
-from .dataset_types import INT64_MAX, INT64_MIN, ITEM, NULL, ColumnTypes
+from .dataset_types import INT64_MAX, INT64_MIN, ITEM, NULL, TIMESTAMP_PATTERN, ColumnTypes
 from .dataset_types import Path as TypePath
 
 # A thousand-odd rows per decode call: the chunk and the structs made from it stay in the CPU's
@@ -44,6 +44,7 @@ _UNSET = msgspec.UnsetType
 # Numbers that pyarrow can hold as int64 (dataset_types.fits_int64): anything else is news, learnt.
 _INT64 = Annotated[int, msgspec.Meta(ge=INT64_MIN, le=INT64_MAX)]
 _WHOLE = Annotated[float, msgspec.Meta(multiple_of=1, ge=INT64_MIN, lt=2**63)]  # 2.0, not 2.5 or 1e20
+_DATE = Annotated[str, msgspec.Meta(pattern=TIMESTAMP_PATTERN)]  # a column of dates so far: any other string is news
 # A file whose chunks keep bringing new keys (ids used as keys, say) is left to the line-by-line scan.
 MAX_LEARNED_CHUNKS = 32
 # Column paths a row struct types at most: more (keys used as ids) would cost more to build than to scan.
@@ -156,7 +157,20 @@ def _plan(mapping: RowMapping) -> _Plan | None:
 
 def _fixed(kind: Any) -> Typer:
     """A required column typed by the row rules alone (every row has it: its first row is the first)."""
-    return lambda _types, _path: kind
+
+    def typer(types: ColumnTypes, path: TypePath) -> Any:
+        _refuse_dates(types, path)
+        return kind
+
+    return typer
+
+
+def _refuse_dates(types: ColumnTypes, path: TypePath) -> None:
+    """A column the row rules type as text but whose strings are all dates so far (in practice never)
+    would need a second type: the scan checks that file instead."""
+    column = types.columns.get(path)
+    if column is not None and column.dated:
+        raise _Unprovable
 
 
 def _as_data(types: ColumnTypes, path: TypePath) -> Any:
@@ -170,6 +184,7 @@ def _rule_typed(kind: str, strict: Any, complete: Callable[[ColumnTypes, TypePat
 
     def typer(types: ColumnTypes, path: TypePath) -> Any:
         seen = types.kind(path)
+        _refuse_dates(types, path)
         if seen is None:
             return _OMIT
         if seen == NULL:
@@ -184,6 +199,7 @@ def _rule_typed(kind: str, strict: Any, complete: Callable[[ColumnTypes, TypePat
 
 
 def _pairs_seen(types: ColumnTypes, path: TypePath) -> bool:
+    _refuse_dates(types, (*path, ITEM, ITEM))
     return types.kind((*path, ITEM, ITEM)) == "string"
 
 
@@ -238,7 +254,7 @@ def _data_type(types: ColumnTypes, path: TypePath, field: bool) -> Any:
         return _NEVER  # elements of lists that were all empty so far
     kind: Any
     if column.kind == "string":
-        kind = str
+        kind = _DATE if column.dated else str
     elif column.kind == "number":  # news, so learnt: the first decimal, then the first not whole
         kind = _INT64 if column.decimal is None else _INT64 | _WHOLE if column.fraction is None else int | float
     elif column.kind == "boolean":

@@ -18,9 +18,11 @@ needs when its files load in several processes (``preprocessing_num_workers``). 
 falls exactly between batches, or files loaded by one process, is cast to the first type instead.
 
 Measured with datasets 4.0.0 and pyarrow 26.0.1; ``tests/test_dataset_types.py`` loads each case
-with the real loader and checks that this module agrees. Not modelled: strings that pyarrow reads as
-timestamps (all of a column's strings in the first batch look like dates, a later one does not), a
-key twice in one object.
+with the real loader and checks that this module agrees. Not modelled: a key twice in one object.
+
+A column whose strings are all dates in a batch (``2024-01-01``, ``2024-01-01T10:00:00+01:00``) is
+read as timestamps: after a first batch of only dates, the first string that is not one stops the
+load (``Failed to parse string: 'n/a' as a scalar of type timestamp[s]``).
 
 An integer beyond int64 reads as a double, like a decimal that is not whole: after a first batch of
 whole numbers it stops the load in the same way (``Float value 1e+20 was truncated converting to
@@ -30,6 +32,7 @@ beyond 64 bits) are the scan's to report (``dataset_scan``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from itertools import repeat
@@ -44,6 +47,19 @@ LOADER_BATCH_BYTES = 10 << 20  # datasets' JsonConfig.chunksize (datasets 4.0.0)
 MAX_COLUMN_PATHS = 10_000
 NULL = "null"  # a column with only nulls so far: the first other type decides it
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # pyarrow reads an integer outside these as a double
+
+# The strings pyarrow's JSON reader takes for timestamp[s] (ISO 8601: a real date, then optionally
+# T or a space, hh, :mm, :ss, and a zone Z, +hh, +hhmm or +hh:mm); anything else is a string.
+# tests/test_dataset_types.py holds this against pyarrow's own inference, string by string.
+_LEAP_YEAR = r"(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)"
+_MONTH_DAY = (
+    r"(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)"
+    r"|02-(?:0[1-9]|1[0-9]|2[0-8]))"
+)
+_HOUR, _MINUTE = r"(?:[01][0-9]|2[0-3])", r"[0-5][0-9]"
+_TIME = rf"(?:[T ]{_HOUR}(?::{_MINUTE}(?::{_MINUTE})?)?(?:Z|[+-]{_HOUR}(?::?{_MINUTE})?)?)?"
+TIMESTAMP_PATTERN = rf"^(?:[0-9]{{4}}-{_MONTH_DAY}|{_LEAP_YEAR}-02-29){_TIME}\Z"  # searched, as msgspec does
+is_timestamp = re.compile(TIMESTAMP_PATTERN).search
 _KIND = {str: "string", int: "number", float: "number", bool: "boolean", dict: "object", list: "array"}
 _ADMITS = {"string": (str,), "number": (int,), "boolean": (bool,), "object": (dict,), "array": (list,), NULL: ()}
 
@@ -51,13 +67,19 @@ _ADMITS = {"string": (str,), "number": (int,), "boolean": (bool,), "object": (di
 @dataclass
 class Column:
     """One column path and the first row that had it at all, with a value (of ``kind``), with a
-    decimal, and with a decimal that is not a whole number."""
+    decimal, with a number that int64 cannot hold, and with a string that is not a date."""
 
     appeared: Where
     kind: str = NULL
     typed: Where | None = None
     decimal: Where | None = None
     fraction: Where | None = None
+    undated: Where | None = None
+
+    @property
+    def dated(self) -> bool:
+        """Strings, every one a date so far: pyarrow reads them as timestamps."""
+        return self.kind == "string" and self.undated is None
 
     def admits(self) -> tuple[type, ...]:
         """The Python types (as json.loads gives them) that a row may hold here with nothing new to
@@ -68,12 +90,14 @@ class Column:
 
 
 class _Node:
-    """One column path, as a tree for ``_known``: its admitted types, its keys, its elements."""
+    """One column path, as a tree for ``_known``: its admitted types, its keys, its elements;
+    ``dated``: a string is admitted only if it is a date (it admits no type outright)."""
 
-    __slots__ = ("admits", "item", "keys")
+    __slots__ = ("admits", "dated", "item", "keys")
 
     def __init__(self) -> None:
         self.admits: tuple[type, ...] = ()
+        self.dated = False
         self.keys: dict[str, _Node] = {}
         self.item: _Node | None = None
 
@@ -123,7 +147,8 @@ class ColumnTypes:
                 parent.keys[path[-1]] = node
             else:
                 parent.item = node
-        node.admits = column.admits()
+        node.dated = column.dated
+        node.admits = () if node.dated else column.admits()
 
     # -- one row at a time (the scan, and chunks the fast path learns from) ----------------------
 
@@ -172,6 +197,13 @@ class ColumnTypes:
                 change["decimal"] = where
             if (column is None or column.fraction is None) and "fraction" not in change and not fits_int64(value):
                 change["fraction"] = where
+        elif (
+            kind == "string"
+            and (column is None or column.undated is None)
+            and "undated" not in change
+            and not is_timestamp(value)
+        ):
+            change["undated"] = where  # the column is no longer all dates
         return None
 
     # -- putting ranges and files together --------------------------------------------------------
@@ -207,6 +239,8 @@ class ColumnTypes:
                 merged = replace(merged, decimal=shift(theirs.decimal))
             if merged.fraction is None and theirs.fraction is not None:
                 merged = replace(merged, fraction=shift(theirs.fraction))
+            if merged.undated is None and theirs.undated is not None:
+                merged = replace(merged, undated=shift(theirs.undated))
             self._put(path, merged)
         if self.overflow is None and skipped:
             self.overflow = min(where for where in skipped if where is not None)
@@ -281,6 +315,13 @@ def _late(path: Path, column: Column, in_first_batch: Any, batch: str) -> tuple[
             "an integer past int64 here: LLaMA-Factory's loader stops (pyarrow: Float value was truncated "
             "converting to int64). Write one number in the first batch as a decimal (1.0)"
         )
+    if column.undated is not None and in_first_batch(column.typed) and not in_first_batch(column.undated):
+        return column.undated, (
+            f"column {name} holds only dates in the loader's first batch ({batch}), which pyarrow reads "
+            "as timestamps, and a string that is not one here: LLaMA-Factory's loader stops (pyarrow: Failed "
+            "to parse string as a scalar of type timestamp[s]). Put a row whose value is not a date in the "
+            "first batch"
+        )
     return None
 
 
@@ -314,6 +355,8 @@ def _known(node: _Node, obj: dict[str, Any]) -> bool:
             continue
         kind = type(value)
         if kind not in child.admits:
+            if kind is str and child.dated and is_timestamp(value):
+                continue
             return False
         if kind is int and not INT64_MIN <= value <= INT64_MAX and float not in child.admits:
             return False  # news: a double, as a fraction is
@@ -336,7 +379,7 @@ def _known_value(node: _Node, value: Any) -> bool:
         return True
     kind = type(value)
     if kind not in node.admits:
-        return False
+        return kind is str and node.dated and is_timestamp(value) is not None
     if kind is int and not INT64_MIN <= value <= INT64_MAX and float not in node.admits:
         return False
     if kind is dict:

@@ -4,6 +4,8 @@ files) reports the same rows."""
 
 from __future__ import annotations
 
+import io
+import itertools
 import json
 import math
 import os
@@ -278,6 +280,10 @@ BATCH_CASES = {  # what the rows from LATE_FROM on have that the first batch lac
     "an integer past int64 in a column of whole numbers": lambda i, late: padded(i, score=2**63 if late else 1),
     "the largest int64 in a column of whole numbers": lambda i, late: padded(i, score=2**63 - 1 if late else 1),
     "a whole decimal past int64 in lists of whole numbers": lambda i, late: padded(i, s=[1e19] if late else [1]),
+    "a word in a column of dates": lambda i, late: padded(i, day="n/a" if late else "2024-01-01"),
+    "an empty string after date times": lambda i, late: padded(i, at="" if late else "2024-01-01T10:00:00Z"),
+    "a word in lists of dates": lambda i, late: padded(i, days=["n/a"] if late else ["2024-02-29"]),
+    "dates in a column of words (loads)": lambda i, late: padded(i, day="2024-01-01" if late else "n/a"),
 }
 
 
@@ -404,6 +410,62 @@ def test_whole_decimals_keep_the_fast_path(tmp_path, monkeypatch):
     assert clean is not None
     column = clean.types.columns[("score",)]
     assert (column.decimal, column.fraction) == ((0, 4), (0, 251))
+
+
+def _timestamp_candidates() -> list[str]:
+    dates = itertools.product(["0000", "1900", "2000", "2023", "2024", "2100", "9999", "024"], range(14), range(33))
+    times = itertools.product(
+        ["T", " ", "t"],
+        ["00", "23", "24", "1"],
+        ["", ":00", ":59", ":60", ":5", "00"],
+        ["", ":59", ":60"],
+        ["", ".5"],
+        ["", "Z", "z", "+01", "-0130", "+01:30", "-23:59", "+24:00", "+1", "+01:5", " +01:00"],
+    )
+    return [
+        *(f"{y}-{m:02d}-{d:02d}" for y, m, d in dates),
+        *("".join(("2024-02-29", *parts)) for parts in times),
+        *("2024-1-1", "20240101", "2024/01/01", "", " 2024-01-01", "2024-01-01 ", "2024-01", "2024-001"),
+    ]
+
+
+def test_dates_are_the_strings_pyarrow_reads_as_timestamps():
+    """Every candidate in one row, one column each: pyarrow infers timestamp[s] for exactly those
+    that ``is_timestamp`` takes (real dates only: 2024-02-29, not 2023-02-29)."""
+    paj = pytest.importorskip("pyarrow.json")
+    candidates = _timestamp_candidates()
+    row = json.dumps({f"c{i}": text for i, text in enumerate(candidates)}).encode()
+    schema = paj.read_json(io.BytesIO(row)).schema
+    read_as = {text: str(schema.field(f"c{i}").type) for i, text in enumerate(candidates)}
+    assert sum(kind == "timestamp[s]" for kind in read_as.values()) > 1000  # the test sees both kinds
+    assert {text for text, kind in read_as.items() if kind == "timestamp[s]"} == {
+        text for text in candidates if dataset_types.is_timestamp(text)
+    }
+
+
+def test_the_fast_path_keeps_columns_of_dates_and_learns_the_first_word(tmp_path, monkeypatch):
+    monkeypatch.setattr(dataset_fast, "CHUNK_BYTES", 512)
+    rows = [qa(i, day=f"2024-01-{i % 28 + 1:02d}") for i in range(300)]
+    rows[250]["day"] = "n/a"
+    path = tmp_path / "days.jsonl"
+    path.write_bytes(jsonl(rows))
+    clean = prove_clean(path, 0, path.stat().st_size, ALPACA)
+    assert clean is not None
+    assert clean.types.columns[("day",)].undated == (0, 251)
+
+
+def test_the_fast_path_steps_aside_for_prompts_that_are_all_dates(tmp_path, monkeypatch):
+    """The row rules type prompts as text: one that is also a column of dates is left to the scan,
+    which reports the first prompt that is not a date after the first batch."""
+    monkeypatch.setattr(dataset_fast, "CHUNK_BYTES", 512)
+    monkeypatch.setattr(dataset_check, "LOADER_BATCH_BYTES", 2000)
+    rows = [{"instruction": "2024-01-01", "input": "", "output": f"answer {i}"} for i in range(100)]
+    rows[80]["instruction"] = "what day?"
+    path = tmp_path / "prompts.jsonl"
+    path.write_bytes(jsonl(rows))
+    assert prove_clean(path, 0, path.stat().st_size, ALPACA) is None
+    report = validate_dataset(path)
+    assert [(b.line, "only dates" in b.reason) for b in report.bad_rows] == [(81, True)]
 
 
 def test_keys_used_as_ids_keep_memory_bounded_and_say_so(tmp_path, monkeypatch):
@@ -587,7 +649,7 @@ def test_the_bundled_datasets_keep_one_type_per_column():
 # -- the property ---------------------------------------------------------------------------------
 
 _values = st.sampled_from(
-    [None, 1, 2.0, 2.5, 2**64, 1e19, True, "s", "", [], [1], ["s"], [None], {}, {"k": 1}, {"k": "s"}]
+    [None, 1, 2.0, 2.5, 2**64, 1e19, True, "s", "", "2024-01-01", [], [1], ["s"], ["2024-01-01"], [None], {}, {"k": 1}]
 )
 _row = st.builds(
     lambda i, extra: qa(i, **extra),
@@ -608,6 +670,7 @@ def test_every_way_of_checking_gives_the_same_report(tmp_path, monkeypatch, rows
     reference = validate_dataset(path, fast=False, max_errors=100).as_json()
     event("type findings" if CHANGED in str(reference) else "no type findings")
     event("late rows" if "first batch" in str(reference) else "no late rows")
+    event("dates" if "only dates" in str(reference) else "no dates")
     assert validate_dataset(path, max_errors=100).as_json() == reference
     if dataset_parallel.can_fork():
         monkeypatch.setattr(dataset_check, "MIN_PARALLEL_BYTES", 0)
