@@ -816,6 +816,18 @@ def test_cli_register_prints_where_and_the_backup(data_dir, tmp_path, capsys):
 # -- the multi-process scan -----------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("size_mb, jobs", [(1, 1), (70, 2), (342, 2), (342, 3), (10_000, 2), (10_000, 8)])
+def test_every_worker_gets_as_many_ranges_and_none_is_too_big(size_mb, jobs):
+    from llamafactory_rocm.dataset_parallel import RANGE_BYTES, RANGES_PER_JOB, range_count
+
+    size = size_mb << 20
+    count = range_count(size, jobs)
+    assert count % jobs == 0
+    assert count >= RANGES_PER_JOB * jobs
+    assert size / count <= RANGE_BYTES
+    assert count == RANGES_PER_JOB * jobs or size / (count - jobs) > RANGE_BYTES  # no more than needed
+
+
 def test_parallel_scan_reports_exactly_what_one_process_does(tmp_path, monkeypatch):
     from llamafactory_rocm import dataset_parallel
 
