@@ -32,7 +32,7 @@ from .dataset_entry import (
 from .dataset_parallel import MIN_PARALLEL_BYTES, can_fork, default_jobs, is_json_lines, scan_parallel
 from .dataset_rows import RowRules, make_rules, role_content_tags
 from .dataset_scan import ScanError, ScanStats, iter_rows
-from .dataset_types import LOADER_BATCH_BYTES, MAX_COLUMN_PATHS, ColumnTypes
+from .dataset_types import LOADER_BATCH_BYTES, MAX_COLUMN_PATHS, ColumnTypes, Where, merge_conflicts
 from .errors import UsageError
 from .findings import Finding, Level
 from .fsutil import atomic_write_text, first_free_name
@@ -258,8 +258,12 @@ def _check_local(report: DatasetReport, path: Path, rules: RowRules, options: _S
     report.files = [str(f) for f in files]
     first_batch = first_batch_lines(files[0])
     rules.types.one_batch = len(files) == 1 and first_batch is None
-    good = sum(_check_file(report, file, rules, options, file.name if labelled else None) for file in files)
-    good -= _add_late_rows(report, rules.types, first_batch, options.max_errors)
+    labels = [file.name if labelled else None for file in files]
+    owns = [ColumnTypes() if len(files) > 1 else None for _ in files]  # each file's own types, to merge
+    checked = zip(files, labels, owns, strict=True)
+    good = sum(_check_file(report, file, rules, options, label, own) for file, label, own in checked)
+    merges = _merge_rows(rules.types, files, labels, owns) if len(files) > 1 else []
+    good -= _add_late_rows(report, rules.types, first_batch, options.max_errors, merges)
     if rules.types.overflow is not None:
         where = rules.types.place(rules.types.overflow)
         report.warnings.append(
@@ -300,10 +304,31 @@ def first_batch_lines(path: Path) -> int | None:
         return None  # reported by the scan
 
 
-def _add_late_rows(report: DatasetReport, types: ColumnTypes, first_batch: int | None, max_errors: int) -> int:
-    """Put the rows where the loader's first batch stops the load among the bad rows, in load order
-    (they were good rows: nothing else is wrong with them). Returns how many."""
-    late = types.late_rows(first_batch)
+def _merge_rows(
+    types: ColumnTypes, files: list[Path], labels: list[str | None], owns: list[ColumnTypes | None]
+) -> list[tuple[Where, str]]:
+    """Where a later file's first batch types a column in a way the first file's cannot merge with."""
+    first = owns[0].first_batch_kinds(first_batch_lines(files[0])) if owns[0] is not None else {}
+    found = []
+    for path, label, own in zip(files[1:], labels[1:], owns[1:], strict=True):
+        if own is None or not first:
+            continue
+        kinds = own.first_batch_kinds(first_batch_lines(path))
+        number = types.file_number(label)
+        for (_, line), reason in merge_conflicts(first, kinds, str(labels[0]), str(label)):
+            found.append(((number, line), reason))
+    return found
+
+
+def _add_late_rows(
+    report: DatasetReport, types: ColumnTypes, first_batch: int | None, max_errors: int, more: list[tuple[Where, str]]
+) -> int:
+    """Put the rows where the loader's first batch stops the load (and ``more`` of that kind) among
+    the bad rows, in load order (they were good rows: nothing else is wrong with them). Returns how many."""
+    found = dict(types.late_rows(first_batch))
+    for where, reason in more:
+        found.setdefault(where, reason)  # one reason a row
+    late = sorted(found.items())
     if not late:
         return 0
     order = {label: number for number, label in enumerate(types.files)}
@@ -320,9 +345,20 @@ def _add_late_rows(report: DatasetReport, types: ColumnTypes, first_batch: int |
     return len(late)
 
 
-def _check_file(report: DatasetReport, path: Path, rules: RowRules, options: _ScanOptions, label: str | None) -> int:
-    """Scan one file into the report; returns its number of good rows."""
+def _check_file(
+    report: DatasetReport,
+    path: Path,
+    rules: RowRules,
+    options: _ScanOptions,
+    label: str | None,
+    own: ColumnTypes | None = None,
+) -> int:
+    """Scan one file into the report; returns its number of good rows. ``own``: where to keep the
+    types of this file's rows alone (a folder's files are also compared one by one)."""
     rules.types.file_number(label)  # files load in this order: the first one's first batch fixes the types
+    rules.types.reads_dates = is_json_lines(path)  # pandas reads a JSON array, and no dates
+    if own is not None:
+        own.reads_dates = rules.types.reads_dates
     suffix = path.suffix.lower()
     if suffix not in LOADABLE_SUFFIXES:
         report.errors.append(f"{path.name}: LLaMA-Factory loads only {', '.join(LOADABLE_SUFFIXES)} files")
@@ -334,7 +370,7 @@ def _check_file(report: DatasetReport, path: Path, rules: RowRules, options: _Sc
         size = path.stat().st_size
         with _ProgressBar(path, size, options.progress) as bar:
             if _parallel(path, size, options):
-                good = _scan_rows_parallel(report, path, rules, options, label, bar.update)
+                good = _scan_rows_parallel(report, path, rules, options, label, bar.update, own)
                 if good is not None:
                     return good
                 bar.restart()  # ranges whose column types disagree: read again, in one pass
@@ -343,10 +379,10 @@ def _check_file(report: DatasetReport, path: Path, rules: RowRules, options: _Sc
 
                 assert rules.mapping is not None
                 clean = prove_clean(path, 0, size, rules.mapping, bar.update)
-                if clean is not None and _record_clean(report, rules, clean, label):
+                if clean is not None and _record_clean(report, rules, clean, label, own):
                     return clean.rows
                 bar.restart()  # not proven: every byte is read again, line by line
-            return _scan_rows(report, path, rules, options, label, bar.update)
+            return _scan_rows(report, path, rules, options, label, bar.update, own)
     except OSError as err:
         report.errors.append(f"cannot read {path}: {_reason(err)}")
         return 0
@@ -359,6 +395,7 @@ def _scan_rows(
     options: _ScanOptions,
     label: str | None,
     on_bytes: Callable[[int], None] | None,
+    own: ColumnTypes | None = None,
 ) -> int:
     """The hot loop: one check per row; bad rows past max_errors are only counted. Returns good rows."""
     stats = ScanStats()
@@ -373,6 +410,8 @@ def _scan_rows(
             good += 1
             if tokens is not None:
                 tokens.add(text(value))
+            if own is not None:
+                own.conflict(value, line)  # its clashes are the dataset's too, reported just above
             continue
         bad_rows += 1
         if type(value) is ScanError and not value.is_row:
@@ -389,13 +428,17 @@ def _scan_rows(
     return good
 
 
-def _record_clean(report: DatasetReport, rules: RowRules, clean: CleanRange, label: str | None) -> bool:
+def _record_clean(
+    report: DatasetReport, rules: RowRules, clean: CleanRange, label: str | None, own: ColumnTypes | None = None
+) -> bool:
     """A file the fast path proved clean: what ``_scan_rows`` would have recorded, without a row read
     in Python. (Every line one whole row, so the line-by-line scan reads the same rows, line for line.)
     False, recording nothing, where its column types disagree with an earlier file's: scan it then."""
     if rules.types.disagreement(clean.types) is not None:
         return False
     rules.types.absorb(clean.types, file=label)
+    if own is not None:
+        own.absorb(clean.types)
     report.rows += clean.rows
     report.layout = report.layout or "json-lines"
     for column in clean.types.seen_columns():
@@ -420,6 +463,7 @@ def _scan_rows_parallel(
     options: _ScanOptions,
     label: str | None,
     on_bytes: Callable[[int], None] | None,
+    own: ColumnTypes | None = None,
 ) -> int | None:
     """As ``_scan_rows``, over byte ranges in worker processes; the same report, line for line
     (but for the one case in ``dataset_parallel``'s docstring). None, recording nothing, where a
@@ -440,6 +484,9 @@ def _scan_rows_parallel(
             return None
         types.absorb(part.types, offset, label)
     rules.types = types
+    if own is not None:
+        for offset, part in ranges:
+            own.absorb(part.types, offset)
     for offset, part in ranges:
         good += part.good
         report.rows += part.good + part.bad_count - part.not_rows

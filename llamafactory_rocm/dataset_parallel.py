@@ -72,8 +72,9 @@ def is_json_lines(path: Path) -> bool:
 
 
 def range_count(size: int, jobs: int) -> int:
-    """``RANGES_PER_JOB`` per worker, more where a range would pass ``RANGE_BYTES``; always a
-    multiple of ``jobs``, so that every worker gets as many."""
+    """``RANGES_PER_JOB`` per worker, more where a range would pass ``RANGE_BYTES``; a multiple of
+    ``jobs``, so that ranges of about one size share out evenly as the workers free up (``plan_ranges``
+    may merge a few in a file of very long lines)."""
     parts = max(RANGES_PER_JOB * jobs, -(-size // RANGE_BYTES))
     return -(-parts // jobs) * jobs
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import codecs
 import json
-import math
 import re
 import sys
+from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
@@ -276,10 +276,19 @@ _BOM_MESSAGE = (
 
 
 def _as_decode_error(caught: Exception, buf: str, pos: int) -> json.JSONDecodeError:
-    """json raises RecursionError on a value nested about 1,000 levels deep: a bad row like any other."""
+    """json raises RecursionError on a value nested about 1,000 levels deep, and ValueError on an
+    integer longer than Python converts (4,300 digits): bad rows like any other."""
     if isinstance(caught, json.JSONDecodeError):
         return caught
-    return json.JSONDecodeError("nested too deeply for Python's json (about 1,000 levels)", buf, pos)
+    if isinstance(caught, RecursionError):
+        return json.JSONDecodeError("nested too deeply for Python's json (about 1,000 levels)", buf, pos)
+    return json.JSONDecodeError(_TOO_MANY_DIGITS, buf, pos)
+
+
+_TOO_MANY_DIGITS = (
+    f"an integer of more than {sys.get_int_max_str_digits():,} digits, which Python's json does not read (pyarrow "
+    "reads it as inf, pandas stops at it). Write it as a string"
+)
 
 
 def _needs_more(err: json.JSONDecodeError, buf: str, eof: bool) -> bool:
@@ -300,7 +309,7 @@ def _parse_lines(buf: str, line: int, eof: bool, chunks: Iterator, stats: ScanSt
     too_big: list[str] = []  # decimals of the current row beyond a double (pyarrow stops at them)
     decode = json.JSONDecoder(parse_float=partial(_decimal, too_big)).raw_decode
     ws, tail = _WS.match, _LINE_TAIL.match
-    escapes = _may_hold_surrogates(buf)
+    suspects = _lone_escapes(buf)
     pos = 0  # where the next value may start; ``line`` is the line of ``pos``
     skipping = False  # inside a bad line that goes on past the buffer
     tail_due = False  # a value ended at the buffer's end: what follows it on its line is unseen
@@ -323,7 +332,7 @@ def _parse_lines(buf: str, line: int, eof: bool, chunks: Iterator, stats: ScanSt
                     break
             try:
                 value, end = decode(buf, pos)
-            except (json.JSONDecodeError, RecursionError) as caught:
+            except (ValueError, RecursionError) as caught:  # JSONDecodeError is a ValueError
                 too_big.clear()
                 err = _as_decode_error(caught, buf, pos)
                 if _needs_more(err, buf, eof):
@@ -339,7 +348,7 @@ def _parse_lines(buf: str, line: int, eof: bool, chunks: Iterator, stats: ScanSt
             if end == n and not eof:
                 too_big.clear()
                 break  # a number cut by the chunk's end parses too: wait for the rest
-            if too_big or (escapes and _SURROGATE_ESCAPE.search(buf, pos, end)):  # rare: values pyarrow cannot hold
+            if too_big or (suspects and _within(suspects, pos, end)):  # rare: values pyarrow cannot hold
                 problem = _unloadable_in_lines(too_big, value)
                 too_big.clear()
                 if problem is not None:
@@ -360,7 +369,7 @@ def _parse_lines(buf: str, line: int, eof: bool, chunks: Iterator, stats: ScanSt
             stats.end_line = line
             return
         buf, eof, errors = _refill(buf, pos, line, chunks)
-        escapes = _may_hold_surrogates(buf)
+        suspects = _lone_escapes(buf)
         pos = 0
         if errors:
             yield 0, errors
@@ -386,7 +395,7 @@ def _parse_array(buf: str, line: int, eof: bool, chunks: Iterator) -> Iterator[A
     """``[ value, value, ... ]``: a malformed value ends the scan, as there is no sure place to resume."""
     too_big: list[str] = []  # integers of the current row beyond 64 bits (pandas stops at them)
     decode = json.JSONDecoder(parse_int=partial(_integer, too_big)).raw_decode
-    escapes = _may_hold_surrogates(buf)
+    suspects = _lone_escapes(buf)
     ws, sep = _WS.match, _SEPARATOR.match
     pos = 1  # past "["
     expect = "first"  # "first" (a value or "]"), "value" (after ","), "separator" ("," or "]")
@@ -418,7 +427,7 @@ def _parse_array(buf: str, line: int, eof: bool, chunks: Iterator) -> Iterator[A
                 return
             try:
                 value, end = decode(buf, pos)
-            except (json.JSONDecodeError, RecursionError) as caught:
+            except (ValueError, RecursionError) as caught:  # JSONDecodeError is a ValueError
                 too_big.clear()
                 err = _as_decode_error(caught, buf, pos)
                 if _needs_more(err, buf, eof):
@@ -429,7 +438,7 @@ def _parse_array(buf: str, line: int, eof: bool, chunks: Iterator) -> Iterator[A
             if end == n and not eof:
                 too_big.clear()
                 break  # a number cut by the chunk's end parses too: wait for the rest
-            if too_big or (escapes and _SURROGATE_ESCAPE.search(buf, pos, end)):  # rare: values pandas cannot hold
+            if too_big or (suspects and _within(suspects, pos, end)):  # rare: values pandas cannot hold
                 problem = _unloadable_in_array(too_big, value)
                 too_big.clear()
                 if problem is not None:
@@ -442,7 +451,7 @@ def _parse_array(buf: str, line: int, eof: bool, chunks: Iterator) -> Iterator[A
             yield line, ScanError(_unterminated_array(expect))
             return
         buf, eof, errors = _refill(buf, pos, line, chunks)
-        escapes = _may_hold_surrogates(buf)
+        suspects = _lone_escapes(buf)
         pos = 0
         if errors:
             yield 0, errors
@@ -451,19 +460,26 @@ def _parse_array(buf: str, line: int, eof: bool, chunks: Iterator) -> Iterator[A
 # -- values that parse but that LLaMA-Factory's loader cannot hold (datasets 4.0.0, pyarrow 26.0.1,
 # pandas 3.1.1; each case loaded for real in tests/test_dataset_types.py) ---------------------------
 
-# JSON lines (pyarrow) stop at a decimal beyond a double's range and at a UTF-16 surrogate escape
-# without its other half, and read an integer beyond int64 as a double (dataset_types). A JSON array
-# (pandas) reads 1e400 as inf, but stops at an integer outside int64 and uint64, and at a lone
-# surrogate, or drops it from the text without a word (a high one before anything but an escape).
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # \ud800 to \udfff, as written in the file
+# JSON lines (pyarrow) stop at a decimal whose exponent passes 308 plus its digits after the point
+# (1e309, 0e999; not 1.5e309, which reads as inf) and at a UTF-16 surrogate escape without its other
+# half, and read an integer beyond int64 as a double (dataset_types). A JSON array (pandas) reads
+# 1e400 as inf, but stops at an integer beyond int64 (one beyond it stands alone only at the top
+# level, positive, with no null in its column), and at a lone surrogate, or drops it from the text
+# without a word (a high one before anything but an escape).
+# Surrogate escapes, a pair (an emoji: \\ud83d\\ude00) as one match, a lone half as a match of 6.
+_SURROGATE_ESCAPES = re.compile(
+    r"\\u[dD][89abAB][0-9a-fA-F]{2}(?:\\u[dD][c-fC-F][0-9a-fA-F]{2})?|\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+)
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # what is left in a string after a pair is joined
-_INTEGER_RANGE = range(-(2**63), 2**64)
+_INTEGER_RANGE = range(-(2**63), 2**63)
+_MAX_EXPONENT = 308  # rapidjson's, which pyarrow parses with: plus the digits after the point
+_INFINITE = (float("inf"), float("-inf"))
 _DECIMAL_TOO_BIG = (
     "the number {} is beyond what a double holds: LLaMA-Factory's loader stops at this row (pyarrow: "
     "Number too big to be stored in double). Write a smaller number, or write it as a string"
 )
 _INTEGER_TOO_BIG = (
-    "the integer {} does not fit in 64 bits: LLaMA-Factory's loader cannot read this JSON array (pandas "
+    "the integer {} does not fit in int64: LLaMA-Factory's loader cannot read this JSON array (pandas "
     "stops at it; datasets then reports pyarrow's 'Column() changed from object to array'). Write it "
     "as a string, or the file as JSON lines"
 )
@@ -478,15 +494,32 @@ _SURROGATE_ARRAY = (
 )
 
 
-def _may_hold_surrogates(buf: str) -> bool:
-    """Whether a buffer has a surrogate escape: one memchr for the common buffer without a backslash."""
-    return buf.find("\\") >= 0 and _SURROGATE_ESCAPE.search(buf) is not None
+def _lone_escapes(buf: str) -> list[int]:
+    """Where a buffer may hold a lone surrogate escape, in order: a half without the other, or a pair
+    after a backslash (which may be escaping it). Empty for the common buffer: one memchr where it
+    has no backslash, and a pair is no suspect, so emoji cost nothing more."""
+    if buf.find("\\") < 0:
+        return []
+    found = _SURROGATE_ESCAPES.finditer(buf)
+    return [m.start() for m in found if m.end() - m.start() == 6 or buf[m.start() - 1] == "\\"]
+
+
+def _within(positions: list[int], start: int, end: int) -> bool:
+    i = bisect_left(positions, start)
+    return i < len(positions) and positions[i] < end
 
 
 def _decimal(too_big: list[str], text: str) -> float:
+    """json's hook for every decimal: notes one that pyarrow refuses by its exponent as written. Only
+    an infinite one: msgspec (the fast path) reads a zero with a huge exponent (0e999) as 0.0, and the
+    two must agree; so that one is not caught (docs/troubleshooting.md)."""
     number = float(text)
-    if number in (math.inf, -math.inf):  # written as digits; the literal Infinity loads
-        too_big.append(text)
+    if number in _INFINITE:
+        mantissa, _, exponent = text.replace("E", "e").partition("e")
+        digits = exponent.lstrip("+").lstrip("0") or "0"
+        limit = _MAX_EXPONENT + len(mantissa.partition(".")[2])
+        if not digits.startswith("-") and (len(digits) > len(str(limit)) or int(digits) > limit):
+            too_big.append(text)
     return number
 
 
@@ -532,7 +565,9 @@ def _strings(value: Any) -> Iterator[str]:
 
 
 def _shown(literal: str) -> str:
-    return literal if len(literal) <= 40 else f"{literal[:20]}...{literal[-8:]} ({len(literal)} digits)"
+    if len(literal) <= 40:
+        return literal
+    return f"{literal[:20]}...{literal[-8:]} ({sum(map(str.isdigit, literal)):,} digits)"
 
 
 def _after_array(buf: str, pos: int, line: int, eof: bool, chunks: Iterator) -> Iterator[Any]:
@@ -575,4 +610,6 @@ def _malformed(err: json.JSONDecodeError, buf: str, eof: bool) -> str:
     cut_off = eof and (err.pos >= len(buf) - _SLACK or err.msg.startswith("Unterminated string"))
     if cut_off:
         return f"truncated: the last row is cut off ({err.msg})"
+    if err.msg == _TOO_MANY_DIGITS:
+        return err.msg
     return f"malformed JSON: {err.msg}"

@@ -22,7 +22,13 @@ with the real loader and checks that this module agrees. Not modelled: a key twi
 
 A column whose strings are all dates in a batch (``2024-01-01``, ``2024-01-01T10:00:00+01:00``) is
 read as timestamps: after a first batch of only dates, the first string that is not one stops the
-load (``Failed to parse string: 'n/a' as a scalar of type timestamp[s]``).
+load (``Failed to parse string: 'n/a' as a scalar of type timestamp[s]``). pandas, which reads a
+JSON array, converts only columns named like dates, by rules of its own: not modelled
+(``reads_dates``).
+
+Files that load in parallel (a folder, with ``preprocessing_num_workers``) each get the types of
+their own first batch, and datasets cannot merge int64 with double, or timestamps with strings:
+``merge_conflicts`` compares each file's first batch (``first_batch_kinds``) with the first file's.
 
 An integer beyond int64 reads as a double, like a decimal that is not whole: after a first batch of
 whole numbers it stops the load in the same way (``Float value 1e+20 was truncated converting to
@@ -109,6 +115,7 @@ class ColumnTypes:
         self.columns: dict[Path, Column] = {}
         self.files: list[str | None] = []  # file labels in load order (None: the only file)
         self.one_batch = True  # one file that the loader parses at once: say so in reasons (conflict_reason)
+        self.reads_dates = True  # pyarrow (JSON lines) reads dates as timestamps; pandas (a JSON array) does not
         self.overflow: Where | None = None  # the first row with a path past MAX_COLUMN_PATHS
         self._root = _Node()
         self._nodes: dict[Path, _Node] = {(): self._root}
@@ -118,11 +125,18 @@ class ColumnTypes:
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled (back from a worker) without the tree, which is as deep as the data: pickle recurses."""
-        return {"columns": self.columns, "files": self.files, "one_batch": self.one_batch, "overflow": self.overflow}
+        return {
+            "columns": self.columns,
+            "files": self.files,
+            "one_batch": self.one_batch,
+            "overflow": self.overflow,
+            "reads_dates": self.reads_dates,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__()  # type: ignore[misc]
         self.files, self.one_batch, self.overflow = list(state["files"]), state["one_batch"], state["overflow"]
+        self.reads_dates = state["reads_dates"]
         for path, column in state["columns"].items():  # parents first: the order they were recorded in
             self._put(path, column)  # shared safely: a Column is replaced on change, never edited
 
@@ -201,7 +215,7 @@ class ColumnTypes:
             kind == "string"
             and (column is None or column.undated is None)
             and "undated" not in change
-            and not is_timestamp(value)
+            and not (self.reads_dates and is_timestamp(value))
         ):
             change["undated"] = where  # the column is no longer all dates
         return None
@@ -271,6 +285,31 @@ class ColumnTypes:
                 found.setdefault(late[0], late[1])
         return sorted(found.items())
 
+    def first_batch_kinds(self, first_batch_lines: int | None) -> dict[Path, tuple[str, Where]]:
+        """The types of one file's rows (file number 0): for each column, what pyarrow makes of it in
+        the file's first batch where that is a choice (int64 or double, timestamp[s] or string), and
+        the row that made it (the first number, the first decimal, the first date, the first other)."""
+
+        def in_batch(where: Where | None) -> bool:
+            return where is not None and (first_batch_lines is None or where[1] <= first_batch_lines)
+
+        kinds: dict[Path, tuple[str, Where]] = {}
+        for path, column in self.columns.items():
+            if not in_batch(column.typed):
+                continue
+            assert column.typed is not None
+            if column.kind == "number":
+                decimal = column.decimal
+                kinds[path] = (
+                    ("double", decimal) if decimal is not None and in_batch(decimal) else ("int64", column.typed)
+                )
+            elif column.kind == "string":
+                undated = column.undated
+                kinds[path] = (
+                    ("string", undated) if undated is not None and in_batch(undated) else (_TIMESTAMP, column.typed)
+                )
+        return kinds
+
     def place(self, where: Where) -> str:
         """``line 4``, or ``b.jsonl:4`` in a folder."""
         return _place(self.files, where)
@@ -313,16 +352,52 @@ def _late(path: Path, column: Column, in_first_batch: Any, batch: str) -> tuple[
         return column.fraction, (
             f"column {name} holds whole numbers only in the loader's first batch ({batch}) and a decimal or "
             "an integer past int64 here: LLaMA-Factory's loader stops (pyarrow: Float value was truncated "
-            "converting to int64). Write one number in the first batch as a decimal (1.0)"
+            "converting to int64). Write one number in the first batch as a decimal (1.0), or write such numbers "
+            "as strings"
         )
     if column.undated is not None and in_first_batch(column.typed) and not in_first_batch(column.undated):
         return column.undated, (
             f"column {name} holds only dates in the loader's first batch ({batch}), which pyarrow reads "
             "as timestamps, and a string that is not one here: LLaMA-Factory's loader stops (pyarrow: Failed "
             "to parse string as a scalar of type timestamp[s]). Put a row whose value is not a date in the "
-            "first batch"
+            "first batch, or remove the column (LLaMA-Factory trains only on the mapped columns)"
         )
     return None
+
+
+_TIMESTAMP = "timestamp[s]"
+# (the first file's type, a later file's): files loaded in parallel fail to merge. The other way
+# round, timestamps first, the first batch's rule (late_rows) stops even one process.
+_UNMERGEABLE = {("int64", "double"), ("double", "int64"), ("string", _TIMESTAMP)}
+_MERGE_WHAT = {
+    "double": "has a decimal (or an integer past int64) here, in the first batch of {later}, where that of {first} "
+    "has whole numbers only",
+    "int64": "holds whole numbers only in the first batch of {later} (from here), where that of {first} has a decimal",
+    _TIMESTAMP: "holds only dates in the first batch of {later} (from here), which pyarrow reads as timestamps, "
+    "where that of {first} has other strings",
+}
+
+
+def merge_conflicts(
+    first: dict[Path, tuple[str, Where]], later: dict[Path, tuple[str, Where]], first_file: str, later_file: str
+) -> list[tuple[Where, str]]:
+    """``(where, reason)`` for a later file of a folder whose first batch (``first_batch_kinds``)
+    gives a column a type that the first file's cannot merge with, one reason a row. ``where``
+    numbers the later file 0."""
+    found: dict[Where, str] = {}
+    for path, (kind, where) in later.items():
+        theirs = first.get(path)
+        if theirs is None or (theirs[0], kind) not in _UNMERGEABLE:
+            continue
+        what = _MERGE_WHAT[kind].format(first=first_file, later=later_file)
+        found.setdefault(
+            where,
+            f"column {pyarrow_path(path)} {what}: datasets cannot merge files that load in parallel "
+            f"(preprocessing_num_workers, as every preset sets; pyarrow: Unable to merge: incompatible types: "
+            f"{theirs[0]} vs {kind}). Write the column alike in every file, or remove it (LLaMA-Factory trains "
+            "only on the mapped columns)",
+        )
+    return sorted(found.items())
 
 
 def _walk(row: dict[str, Any]) -> Iterator[tuple[Path, Any]]:
