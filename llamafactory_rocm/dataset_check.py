@@ -259,10 +259,14 @@ def _check_local(report: DatasetReport, path: Path, rules: RowRules, options: _S
     first_batch = first_batch_lines(files[0])
     rules.types.one_batch = len(files) == 1 and first_batch is None
     labels = [file.name if labelled else None for file in files]
-    owns = [ColumnTypes() if len(files) > 1 else None for _ in files]  # each file's own types, to merge
-    checked = zip(files, labels, owns, strict=True)
-    good = sum(_check_file(report, file, rules, options, label, own) for file, label, own in checked)
-    merges = _merge_rows(rules.types, files, labels, owns) if len(files) > 1 else []
+    good = 0
+    kinds: list[dict] = []  # each file's first-batch kinds: its own types are dropped as it ends (memory)
+    for file, label in zip(files, labels, strict=True):
+        own = ColumnTypes() if len(files) > 1 else None
+        good += _check_file(report, file, rules, options, label, own)
+        if own is not None:
+            kinds.append(own.first_batch_kinds(first_batch_lines(file)))
+    merges = _merge_rows(rules.types, labels, kinds) if len(files) > 1 else []
     good -= _add_late_rows(report, rules.types, first_batch, options.max_errors, merges)
     if rules.types.overflow is not None:
         where = rules.types.place(rules.types.overflow)
@@ -304,18 +308,12 @@ def first_batch_lines(path: Path) -> int | None:
         return None  # reported by the scan
 
 
-def _merge_rows(
-    types: ColumnTypes, files: list[Path], labels: list[str | None], owns: list[ColumnTypes | None]
-) -> list[tuple[Where, str]]:
+def _merge_rows(types: ColumnTypes, labels: list[str | None], kinds: list[dict]) -> list[tuple[Where, str]]:
     """Where a later file's first batch types a column in a way the first file's cannot merge with."""
-    first = owns[0].first_batch_kinds(first_batch_lines(files[0])) if owns[0] is not None else {}
     found = []
-    for path, label, own in zip(files[1:], labels[1:], owns[1:], strict=True):
-        if own is None or not first:
-            continue
-        kinds = own.first_batch_kinds(first_batch_lines(path))
+    for label, later in zip(labels[1:], kinds[1:], strict=True):
         number = types.file_number(label)
-        for (_, line), reason in merge_conflicts(first, kinds, str(labels[0]), str(label)):
+        for (_, line), reason in merge_conflicts(kinds[0], later, str(labels[0]), str(label)):
             found.append(((number, line), reason))
     return found
 
