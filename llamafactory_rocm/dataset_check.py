@@ -261,11 +261,11 @@ def _check_local(report: DatasetReport, path: Path, rules: RowRules, options: _S
     labels = [file.name if labelled else None for file in files]
     good = 0
     kinds: list[dict] = []  # each file's first-batch kinds: its own types are dropped as it ends (memory)
-    for file, label in zip(files, labels, strict=True):
+    for number, (file, label) in enumerate(zip(files, labels, strict=True)):
         own = ColumnTypes() if len(files) > 1 else None
         good += _check_file(report, file, rules, options, label, own)
-        if own is not None:
-            kinds.append(own.first_batch_kinds(first_batch_lines(file)))
+        if own is not None:  # the first file's first batch is already counted: up to 10 MB not read again
+            kinds.append(own.first_batch_kinds(first_batch if number == 0 else first_batch_lines(file)))
     merges = _merge_rows(rules.types, labels, kinds) if len(files) > 1 else []
     good -= _add_late_rows(report, rules.types, first_batch, options.max_errors, merges)
     if rules.types.overflow is not None:
