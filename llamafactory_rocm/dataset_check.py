@@ -261,13 +261,19 @@ def _check_local(report: DatasetReport, path: Path, rules: RowRules, options: _S
     labels = [file.name if labelled else None for file in files]
     good = 0
     kinds: list[dict] = []  # each file's first-batch kinds: its own types are dropped as it ends (memory)
+    parallel_late: list[tuple[Where, str]] = []
     for number, (file, label) in enumerate(zip(files, labels, strict=True)):
         own = ColumnTypes() if len(files) > 1 else None
         good += _check_file(report, file, rules, options, label, own)
-        if own is not None:  # the first file's first batch is already counted: up to 10 MB not read again
-            kinds.append(own.first_batch_kinds(first_batch if number == 0 else first_batch_lines(file)))
+        if own is None:
+            continue
+        # The first file's first batch is already counted: up to 10 MB not read again.
+        own_batch = first_batch if number == 0 else first_batch_lines(file)
+        kinds.append(own.first_batch_kinds(own_batch))
+        if number and own_batch is not None:  # loaded in a process of its own, its first batch fixes the rest
+            parallel_late += _own_late_rows(own, own_batch, number, label)
     merges = _merge_rows(rules.types, labels, kinds) if len(files) > 1 else []
-    good -= _add_late_rows(report, rules.types, first_batch, options.max_errors, merges)
+    good -= _add_late_rows(report, rules.types, first_batch, options.max_errors, merges + parallel_late)
     if rules.types.overflow is not None:
         where = rules.types.place(rules.types.overflow)
         report.warnings.append(
@@ -306,6 +312,13 @@ def first_batch_lines(path: Path) -> int | None:
         return newlines + 1
     except OSError:
         return None  # reported by the scan
+
+
+def _own_late_rows(own: ColumnTypes, own_batch: int, number: int, label: str | None) -> list[tuple[Where, str]]:
+    """Where a later file of a folder stops its own load: in parallel (one process a file), each
+    file's own first batch fixes the types of the rest of it, as the first file's does in one process."""
+    batch_of = f"{label}, which loads in a process of its own (preprocessing_num_workers)"
+    return [((number, line), reason) for (_, line), reason in own.late_rows(own_batch, batch_of)]
 
 
 def _merge_rows(types: ColumnTypes, labels: list[str | None], kinds: list[dict]) -> list[tuple[Where, str]]:

@@ -28,7 +28,8 @@ JSON array, converts only columns named like dates, by rules of its own: not mod
 
 Files that load in parallel (a folder, with ``preprocessing_num_workers``) each get the types of
 their own first batch, and datasets cannot merge int64 with double, or timestamps with strings:
-``merge_conflicts`` compares each file's first batch (``first_batch_kinds``) with the first file's.
+``merge_conflicts`` compares each file's first batch (``first_batch_kinds``) with the first file's,
+and each file's own first batch fixes the rest of that file (``late_rows`` of its own types).
 
 An integer beyond int64 reads as a double, like a decimal that is not whole: after a first batch of
 whole numbers it stops the load in the same way (``Float value 1e+20 was truncated converting to
@@ -261,17 +262,20 @@ class ColumnTypes:
 
     # -- the loader's first batch -----------------------------------------------------------------
 
-    def late_rows(self, first_batch_lines: int | None) -> list[tuple[Where, str]]:
+    def late_rows(self, first_batch_lines: int | None, batch_of: str | None = None) -> list[tuple[Where, str]]:
         """``(where, reason)`` for each row where the loader stops because its first batch (the first
         ``first_batch_lines`` lines of the first file; None: all of it) fixed another type: the first
-        row of each such column, one reason a row, in load order."""
+        row of each such column, one reason a row, in load order. ``batch_of``: what to call the
+        first file in reasons (default: its label)."""
 
         def in_first_batch(where: Where | None) -> bool:
             return where is not None and where[0] == 0 and (first_batch_lines is None or where[1] <= first_batch_lines)
 
         batch = f"the first {first_batch_lines} lines" if first_batch_lines is not None else "all lines"
-        if self.files and self.files[0]:
-            batch += f" of {self.files[0]}"
+        if batch_of is None and self.files and self.files[0]:
+            batch_of = self.files[0]
+        if batch_of:
+            batch += f" of {batch_of}"
         found: dict[Where, str] = {}
         stopped: set[Path] = set()  # columns already reported: nothing below them is news
         for path in sorted(self.columns, key=lambda p: (len(p), pyarrow_path(p))):
@@ -366,15 +370,19 @@ def _late(path: Path, column: Column, in_first_batch: Any, batch: str) -> tuple[
 
 
 _TIMESTAMP = "timestamp[s]"
-# (the first file's type, a later file's): files loaded in parallel fail to merge. The other way
-# round, timestamps first, the first batch's rule (late_rows) stops even one process.
-_UNMERGEABLE = {("int64", "double"), ("double", "int64"), ("string", _TIMESTAMP)}
+# (the first file's type, a later file's): files loaded in parallel fail to merge. Timestamps then
+# strings mostly stop one process too (late_rows), but not where the strings are a JSON array's
+# dates, which pandas leaves as strings and one process casts.
+_UNMERGEABLE = {("int64", "double"), ("double", "int64"), ("string", _TIMESTAMP), (_TIMESTAMP, "string")}
 _MERGE_WHAT = {
     "double": "has a decimal (or an integer past int64) here, in the first batch of {later}, where that of {first} "
     "has whole numbers only",
     "int64": "holds whole numbers only in the first batch of {later} (from here), where that of {first} has a decimal",
     _TIMESTAMP: "holds only dates in the first batch of {later} (from here), which pyarrow reads as timestamps, "
     "where that of {first} has other strings",
+    "string": "holds strings in the first batch of {later} (from here: a string that is not a date, or any string "
+    "of a JSON array, which pandas reads without dates), where that of {first} holds only dates, which pyarrow "
+    "reads as timestamps",
 }
 
 

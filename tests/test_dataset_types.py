@@ -427,6 +427,43 @@ def test_a_folder_of_json_arrays_has_no_dates(tmp_path):
     assert (report.ok, _loads_files(files, tmp_path / "cache")) == (True, True), report.summary()
 
 
+OWN_BATCH_CASES = {  # a later file's column, in its own first batch and after it (the first file has strings)
+    "null in its first batch, then a value": lambda late: {"src": "web" if late else None},
+    "absent from its first batch, then there": lambda late: {"src": "web"} if late else {},
+}
+
+
+@pytest.mark.parametrize("later", list(OWN_BATCH_CASES.values()), ids=list(OWN_BATCH_CASES))
+def test_a_later_file_loaded_in_a_process_of_its_own_is_fixed_by_its_own_first_batch(tmp_path, later):
+    """One process casts the big second file to the first file's strings; in parallel the second
+    file's own first batch fixes its column, and its later rows stop the load."""
+    folder, load_order = _folder_of_two(tmp_path)
+    load_order[0].write_bytes(jsonl([qa(i, src="web") for i in range(3)]))
+    load_order[1].write_bytes(jsonl([padded(i, **later(i >= LATE_FROM)) for i in range(BIG_ROWS)]))
+    assert _loads_files(load_order, tmp_path / "one")
+    assert not _loads_files(load_order, tmp_path / "two", num_proc=2)
+    report = dataset_check.validate_entry("two", {"file_name": folder.name}, tmp_path)
+    assert [(b.file, b.line) for b in report.bad_rows] == [(load_order[1].name, LATE_FROM + 1)]
+    assert "loads in a process of its own (preprocessing_num_workers)" in report.bad_rows[0].reason
+
+
+def test_the_dates_of_a_json_array_are_strings_that_do_not_merge_with_timestamps(tmp_path):
+    """pandas reads a JSON array without dates: one process casts its date strings to the first
+    file's timestamps, parallel processes cannot merge strings with timestamps."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    for name in ("a.json", "b.json"):
+        (folder / name).touch()
+    load_order = [folder / name for name in os.listdir(folder)]
+    load_order[0].write_bytes(jsonl([qa(i, day="2024-01-01") for i in range(3)]))  # JSON lines: timestamps
+    load_order[1].write_text(json.dumps([qa(i, day="2024-01-02") for i in range(3)]))  # a JSON array: strings
+    assert _loads_files(load_order, tmp_path / "one")
+    assert not _loads_files(load_order, tmp_path / "two", num_proc=2)
+    report = dataset_check.validate_entry("two", {"file_name": folder.name}, tmp_path)
+    assert [(b.file, b.line) for b in report.bad_rows] == [(load_order[1].name, 1)]
+    assert "datasets cannot merge files that load in parallel" in report.bad_rows[0].reason
+
+
 def _folder_of_two(tmp_path: Path) -> tuple[Path, list[Path]]:
     """A folder with a.jsonl and b.jsonl, and its files in the order os.listdir gives them."""
     folder = tmp_path / "data"
