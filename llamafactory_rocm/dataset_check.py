@@ -32,7 +32,7 @@ from .dataset_entry import (
 from .dataset_parallel import MIN_PARALLEL_BYTES, can_fork, default_jobs, is_json_lines, scan_parallel
 from .dataset_rows import RowRules, make_rules, role_content_tags
 from .dataset_scan import ScanError, ScanStats, iter_rows
-from .dataset_types import LOADER_BATCH_BYTES, MAX_COLUMN_PATHS, ColumnTypes, Where, merge_conflicts
+from .dataset_types import LOADER_BATCH_BYTES, MAX_COLUMN_PATHS, ColumnTypes, Where, loader_runs, merge_conflicts
 from .errors import UsageError
 from .findings import Finding, Level
 from .fsutil import atomic_write_text, first_free_name
@@ -170,6 +170,7 @@ def validate_dataset(
     progress: bool | None = None,
     jobs: int = 1,
     fast: bool = True,
+    loader_processes: int | None = None,
 ) -> DatasetReport:
     """Check a dataset named in ``dataset_dir/dataset_info.json`` (default: the bundled folder), or a
     .json/.jsonl file directly (alpaca columns unless ``formatting`` says otherwise).
@@ -177,10 +178,13 @@ def validate_dataset(
     ``jobs`` > 1 (0: one per core) scans a big JSON-lines file in forked worker processes: for a
     command-line process, not for one that may hold threads, such as a training process.
     ``fast=False`` skips the clean-file fast path (``dataset_fast``): the same report, slower.
+    ``loader_processes``: the config's preprocessing_num_workers, for a folder's files that load in
+    parallel; None, not known: both one process and one process a file are checked for.
     """
     if formatting is not None and formatting not in FORMATTINGS:
         raise UsageError(f"formatting {formatting!r} is not one of {', '.join(FORMATTINGS)}.")
-    options = _ScanOptions(max_errors, _token_counter(tokenizer), progress, jobs or default_jobs(), fast)
+    tokens = _token_counter(tokenizer)
+    options = _ScanOptions(max_errors, tokens, progress, jobs or default_jobs(), fast, loader_processes)
     if _is_file_argument(name_or_file):
         path = Path(name_or_file)
         if not path.is_file():
@@ -207,6 +211,7 @@ class _ScanOptions:
     progress: bool | None = None
     jobs: int = 1  # worker processes for a big JSON-lines file (0: one per core, up to 8)
     fast: bool = True  # offer JSON-lines ranges to the fast path first
+    loader_processes: int | None = None  # preprocessing_num_workers; None: not known (dataset_types.loader_runs)
 
 
 def validate_entry(
@@ -260,20 +265,27 @@ def _check_local(report: DatasetReport, path: Path, rules: RowRules, options: _S
     rules.types.one_batch = len(files) == 1 and first_batch is None
     labels = [file.name if labelled else None for file in files]
     good = 0
-    kinds: list[dict] = []  # each file's first-batch kinds: its own types are dropped as it ends (memory)
-    parallel_late: list[tuple[Where, str]] = []
+    # Files loaded in parallel: each process's run of files has the types of the run's own first
+    # batch, kept only while the run is read (memory), and the runs' first batches must merge.
+    runs = {run.start: run for run in loader_runs(len(files), options.loader_processes)}
+    kinds: dict[int, dict] = {}  # the first-batch kinds of each run's first file, by its number
+    run_late: list[tuple[Where, str]] = []
+    run, run_types, run_batch = range(0), None, None
     for number, (file, label) in enumerate(zip(files, labels, strict=True)):
-        own = ColumnTypes() if len(files) > 1 else None
-        good += _check_file(report, file, rules, options, label, own)
-        if own is None:
+        if number in runs:
+            run, run_types = runs[number], ColumnTypes()
+        good += _check_file(report, file, rules, options, label, run_types)
+        if run_types is None:
             continue
-        # The first file's first batch is already counted: up to 10 MB not read again.
-        own_batch = first_batch if number == 0 else first_batch_lines(file)
-        kinds.append(own.first_batch_kinds(own_batch))
-        if number and own_batch is not None:  # loaded in a process of its own, its first batch fixes the rest
-            parallel_late += _own_late_rows(own, own_batch, number, label)
-    merges = _merge_rows(rules.types, labels, kinds) if len(files) > 1 else []
-    good -= _add_late_rows(report, rules.types, first_batch, options.max_errors, merges + parallel_late)
+        if number == run.start:  # the first file's first batch is already counted: up to 10 MB not read again
+            run_batch = first_batch if number == 0 else first_batch_lines(file)
+            kinds[number] = run_types.first_batch_kinds(run_batch)
+        if number == run.stop - 1:
+            if run.start and (run_batch is not None or len(run) > 1):  # the first run is the one process's
+                run_late += _run_late_rows(run_types, run_batch, run, label_of=labels[run.start])
+            run_types = None
+    merges = _merge_rows(rules.types, labels, kinds)
+    good -= _add_late_rows(report, rules.types, first_batch, options.max_errors, merges + run_late)
     if rules.types.overflow is not None:
         where = rules.types.place(rules.types.overflow)
         report.warnings.append(
@@ -314,19 +326,25 @@ def first_batch_lines(path: Path) -> int | None:
         return None  # reported by the scan
 
 
-def _own_late_rows(own: ColumnTypes, own_batch: int, number: int, label: str | None) -> list[tuple[Where, str]]:
-    """Where a later file of a folder stops its own load: in parallel (one process a file), each
-    file's own first batch fixes the types of the rest of it, as the first file's does in one process."""
-    batch_of = f"{label}, which loads in a process of its own (preprocessing_num_workers)"
-    return [((number, line), reason) for (_, line), reason in own.late_rows(own_batch, batch_of)]
+def _run_late_rows(
+    run_types: ColumnTypes, run_batch: int | None, run: range, label_of: str | None
+) -> list[tuple[Where, str]]:
+    """Where a later run of a folder's files stops its own load: in parallel, the first batch of the
+    run's first file fixes the types of the rest of the run, as the first file's does in one process."""
+    if len(run) == 1:
+        batch_of = f"{label_of}, which loads in a process of its own (preprocessing_num_workers)"
+    else:
+        batch_of = f"{label_of}, the first of the {len(run)} files one process loads (preprocessing_num_workers)"
+    return [((run.start + file, line), reason) for (file, line), reason in run_types.late_rows(run_batch, batch_of)]
 
 
-def _merge_rows(types: ColumnTypes, labels: list[str | None], kinds: list[dict]) -> list[tuple[Where, str]]:
-    """Where a later file's first batch types a column in a way the first file's cannot merge with."""
+def _merge_rows(types: ColumnTypes, labels: list[str | None], kinds: dict[int, dict]) -> list[tuple[Where, str]]:
+    """Where a later run's first batch types a column in a way the first run's cannot merge with."""
     found = []
-    for label, later in zip(labels[1:], kinds[1:], strict=True):
-        number = types.file_number(label)
-        for (_, line), reason in merge_conflicts(kinds[0], later, str(labels[0]), str(label)):
+    for number, later in kinds.items():
+        if number == 0:
+            continue
+        for (_, line), reason in merge_conflicts(kinds[0], later, str(labels[0]), str(labels[number])):
             found.append(((number, line), reason))
     return found
 
@@ -365,10 +383,11 @@ def _check_file(
     own: ColumnTypes | None = None,
 ) -> int:
     """Scan one file into the report; returns its number of good rows. ``own``: where to keep the
-    types of this file's rows alone (a folder's files are also compared one by one)."""
+    types of this file's rows also apart (those of one loading process's run of files)."""
     rules.types.file_number(label)  # files load in this order: the first one's first batch fixes the types
     rules.types.reads_dates = is_json_lines(path)  # pandas reads a JSON array, and no dates
     if own is not None:
+        own.file_number(label)
         own.reads_dates = rules.types.reads_dates
     suffix = path.suffix.lower()
     if suffix not in LOADABLE_SUFFIXES:
@@ -422,7 +441,7 @@ def _scan_rows(
             if tokens is not None:
                 tokens.add(text(value))
             if own is not None:
-                own.conflict(value, line)  # its clashes are the dataset's too, reported just above
+                own.conflict(value, line, label)  # its clashes are the dataset's too, reported just above
             continue
         bad_rows += 1
         if type(value) is ScanError and not value.is_row:
@@ -449,7 +468,7 @@ def _record_clean(
         return False
     rules.types.absorb(clean.types, file=label)
     if own is not None:
-        own.absorb(clean.types)
+        own.absorb(clean.types, file=label)
     report.rows += clean.rows
     report.layout = report.layout or "json-lines"
     for column in clean.types.seen_columns():
@@ -497,7 +516,7 @@ def _scan_rows_parallel(
     rules.types = types
     if own is not None:
         for offset, part in ranges:
-            own.absorb(part.types, offset)
+            own.absorb(part.types, offset, label)
     for offset, part in ranges:
         good += part.good
         report.rows += part.good + part.bad_count - part.not_rows
@@ -757,9 +776,21 @@ def config_dataset_findings(config: Mapping[str, Any], cwd: Path) -> tuple[dict[
             config["dataset_dir"] = str(bundled)
             findings.append(_bundled_finding(raw_dir, folder, bundled, names))
             folder, info = bundled, bundled_info
+    processes = _loader_processes(config.get("preprocessing_num_workers"))
     for name in names:
-        findings.append(_dataset_finding(name, info, folder))
+        findings.append(_dataset_finding(name, info, folder, processes))
     return config, [f for f in findings if f is not None]
+
+
+def _loader_processes(workers: Any) -> int | None:
+    """The processes LLaMA-Factory loads a folder's files in: preprocessing_num_workers (unset: one);
+    None where it is not a number (LLaMA-Factory's own parser says so)."""
+    if workers is None:
+        return 1
+    try:
+        return int(workers)
+    except (TypeError, ValueError):
+        return None
 
 
 def _dataset_names(value: Any) -> list[str]:
@@ -804,10 +835,11 @@ def _bundled_finding(raw_dir: str, folder: Path, bundled: Path, names: list[str]
     )
 
 
-def _dataset_finding(name: str, info: dict[str, Any] | None, folder: Path) -> Finding | None:
+def _dataset_finding(name: str, info: dict[str, Any] | None, folder: Path, processes: int | None) -> Finding | None:
     if info is None or name not in info:
         return _unknown_finding(name, info, folder)
-    report = validate_entry(name, info[name], folder, options=_ScanOptions(max_errors=1, progress=False))
+    options = _ScanOptions(max_errors=1, progress=False, loader_processes=processes)
+    report = validate_entry(name, info[name], folder, options=options)
     if report.remote:
         return Finding(
             code="DATASET_REMOTE",
@@ -823,9 +855,15 @@ def _dataset_finding(name: str, info: dict[str, Any] | None, folder: Path) -> Fi
         level=Level.ERROR,
         key="dataset",
         message=_invalid_message(name, report),
-        fix=f"Run `llamafactory-rocm datasets validate {shlex.quote(name)} --dataset-dir {shlex.quote(str(folder))}`"
+        fix=f"Run `llamafactory-rocm datasets validate {shlex.quote(name)} --dataset-dir {shlex.quote(str(folder))}"
+        f"{_workers_flag(processes, report)}`"
         " to list every bad row, then fix the data or its dataset_info.json entry.",
     )
+
+
+def _workers_flag(processes: int | None, report: DatasetReport) -> str:
+    """The config's loading processes, where they matter (a folder): validate then checks the same."""
+    return f" --preprocessing-num-workers {processes}" if processes is not None and len(report.files) > 1 else ""
 
 
 def _invalid_message(name: str, report: DatasetReport) -> str:

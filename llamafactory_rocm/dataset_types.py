@@ -290,12 +290,12 @@ class ColumnTypes:
         return sorted(found.items())
 
     def first_batch_kinds(self, first_batch_lines: int | None) -> dict[Path, tuple[str, Where]]:
-        """The types of one file's rows (file number 0): for each column, what pyarrow makes of it in
+        """The types of the first file's rows (file number 0): for each column, what pyarrow makes of it in
         the file's first batch where that is a choice (int64 or double, timestamp[s] or string), and
         the row that made it (the first number, the first decimal, the first date, the first other)."""
 
         def in_batch(where: Where | None) -> bool:
-            return where is not None and (first_batch_lines is None or where[1] <= first_batch_lines)
+            return where is not None and where[0] == 0 and (first_batch_lines is None or where[1] <= first_batch_lines)
 
         kinds: dict[Path, tuple[str, Where]] = {}
         for path, column in self.columns.items():
@@ -406,6 +406,23 @@ def merge_conflicts(
             "only on the mapped columns)",
         )
     return sorted(found.items())
+
+
+def loader_runs(files: int, processes: int | None) -> list[range]:
+    """The runs of consecutive files that datasets gives each loading process, by file number; each
+    run's first file's first batch fixes the types of the rest of the run. ``processes``: LLaMA-Factory's
+    preprocessing_num_workers; None when not known: then every file as if loaded by a process of its
+    own (as many processes as files, as the presets mostly give), besides the one process that
+    ``late_rows`` models. [] for one process. (datasets 4.0.0: builder.py lowers num_proc to the number
+    of files and loads one file in one process; utils/sharding.py ``_distribute_shards`` cuts the runs.)"""
+    if files <= 1 or (processes is not None and processes <= 1):
+        return []
+    jobs = files if processes is None else min(processes, files)
+    runs: list[range] = []
+    for job in range(jobs):
+        start = runs[-1].stop if runs else 0
+        runs.append(range(start, start + files // jobs + (job < files % jobs)))
+    return runs
 
 
 def _walk(row: dict[str, Any]) -> Iterator[tuple[Path, Any]]:

@@ -713,6 +713,39 @@ def test_flags_a_broken_dataset_with_its_line_and_the_command(tmp_path, bundled)
     assert config == {"dataset": "mine", "dataset_dir": "data"}
 
 
+def _folder_of_runs(data: Path) -> Path:
+    """Four files in load order; the third lacks src: in two processes (two runs of two files) it
+    fixes src as absent for the fourth, in one process the first file fixes it as a string."""
+    folder = data / "parts"
+    folder.mkdir(parents=True)
+    for number in range(4):
+        (folder / f"part{number}.jsonl").touch()
+    for position, name in enumerate(os.listdir(folder)):
+        extra = {} if position == 2 else {"src": "web"}
+        write_rows(folder / name, [{**row, **extra} for row in ALPACA], "jsonl")
+    (data / "dataset_info.json").write_text(json.dumps({"parts": {"file_name": "parts"}}), encoding="utf-8")
+    return folder
+
+
+def test_a_folder_is_checked_as_the_configs_processes_load_it(tmp_path, bundled):
+    _folder_of_runs(tmp_path / "data")
+    config = {"dataset": "parts", "dataset_dir": "data"}
+    assert config_dataset_findings(config, tmp_path)[1] == []  # no preprocessing_num_workers: one process
+    assert config_dataset_findings({**config, "preprocessing_num_workers": 4}, tmp_path)[1] == []  # one a file
+    [finding] = config_dataset_findings({**config, "preprocessing_num_workers": 2}, tmp_path)[1]
+    assert finding.code == "DATASET_INVALID" and "column /src first appears here" in finding.message
+    assert finding.fix.endswith(f"--dataset-dir {tmp_path / 'data'} --preprocessing-num-workers 2` to list every "
+                                "bad row, then fix the data or its dataset_info.json entry.")  # fmt: skip
+
+
+def test_cli_validate_takes_the_configs_processes(tmp_path, capsys):
+    data = tmp_path / "data"
+    _folder_of_runs(data)
+    assert cli("validate", "parts", "--dataset-dir", str(data), "--preprocessing-num-workers", "1") == EXIT_OK
+    assert cli("validate", "parts", "--dataset-dir", str(data), "--preprocessing-num-workers", "2") == EXIT_FINDINGS
+    assert "the first of the 2 files one process loads" in capsys.readouterr().out
+
+
 def test_a_broken_bundled_dataset_is_flagged_after_the_switch(tmp_path, bundled):
     (bundled / "b_qa.json").write_text((bundled / "b_qa.json").read_text()[:-10])
     _, findings = config_dataset_findings({"dataset": "b_qa"}, tmp_path)

@@ -22,7 +22,7 @@ from llamafactory_rocm import dataset_check, dataset_fast, dataset_parallel, dat
 from llamafactory_rocm.dataset_check import validate_dataset
 from llamafactory_rocm.dataset_entry import resolve_mapping
 from llamafactory_rocm.dataset_fast import prove_clean
-from llamafactory_rocm.dataset_types import ColumnTypes
+from llamafactory_rocm.dataset_types import ColumnTypes, loader_runs
 
 ALPACA = resolve_mapping({"file_name": "x"})
 CHANGED = "changed from"  # every type finding quotes pyarrow's words
@@ -462,6 +462,50 @@ def test_the_dates_of_a_json_array_are_strings_that_do_not_merge_with_timestamps
     report = dataset_check.validate_entry("two", {"file_name": folder.name}, tmp_path)
     assert [(b.file, b.line) for b in report.bad_rows] == [(load_order[1].name, 1)]
     assert "datasets cannot merge files that load in parallel" in report.bad_rows[0].reason
+
+
+def test_the_runs_of_files_are_those_datasets_gives_its_processes():
+    sharding = pytest.importorskip("datasets.utils.sharding")
+    for files in range(1, 13):
+        for processes in range(1, 15):
+            jobs = min(processes, files)  # datasets lowers num_proc to the files, and one file takes one
+            expected = [] if jobs == 1 else sharding._distribute_shards(files, jobs)
+            assert loader_runs(files, processes) == expected, (files, processes)
+    assert loader_runs(3, None) == [range(0, 1), range(1, 2), range(2, 3)]  # not known: one a file
+
+
+FOLDER_CASES = {  # four small files' extra column, in load order
+    "a null file in a later run": [{"src": "web"}, {"src": "web"}, {"src": None}, {"src": "web"}],
+    "a file without it in a later run": [{"src": "web"}, {"src": "web"}, {}, {"src": "web"}],
+    "a column only in a later run": [{}, {}, {"src": "web"}, {}],
+    "whole numbers start a later run": [{"s": 1.5}, {"s": 1.5}, {"s": 1}, {"s": 2.5}],
+    "null, then strings": [{"src": None}, {"src": "web"}, {"src": "web"}, {"src": "web"}],
+    "empty lists, then elements": [{"t": []}, {"t": ["x"]}, {"t": ["x"]}, {"t": ["x"]}],
+    "an object key first seen later": [{"m": {"a": 1}}, {"m": {"a": 1, "b": "x"}}, {"m": {"a": 1}}, {"m": {"a": 1}}],
+    "a column left out later": [{"src": "web"}, {}, {}, {}],
+    "dates, then words": [{"d": "2024-01-01"}, {"d": "n/a"}, {"d": "n/a"}, {"d": "n/a"}],
+    "words, then dates": [{"d": "n/a"}, {"d": "2024-01-01"}, {"d": "n/a"}, {"d": "n/a"}],
+}
+
+
+@pytest.mark.parametrize("processes", [1, 2, 4])
+@pytest.mark.parametrize("columns", list(FOLDER_CASES.values()), ids=list(FOLDER_CASES))
+def test_with_the_configs_processes_validation_fails_exactly_the_folders_the_loader_fails_on(
+    tmp_path, columns, processes
+):
+    """preprocessing_num_workers known (check and train read it from the config): each process's run
+    of files is fixed by its own first batch, and the runs must merge."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    for number in range(len(columns)):
+        (folder / f"part{number}.jsonl").touch()
+    load_order = [folder / name for name in os.listdir(folder)]
+    for path, extra in zip(load_order, columns, strict=True):
+        path.write_bytes(jsonl([qa(i, **extra) for i in range(3)]))
+    loads = _loads_files(load_order, tmp_path / "cache", num_proc=processes)
+    options = dataset_check._ScanOptions(loader_processes=processes)
+    report = dataset_check.validate_entry("d", {"file_name": folder.name}, tmp_path, options=options)
+    assert report.ok == loads, report.summary()
 
 
 def _folder_of_two(tmp_path: Path) -> tuple[Path, list[Path]]:

@@ -36,6 +36,12 @@ def register(subs: argparse._SubParsersAction) -> None:
     val.add_argument("--tokenizer", metavar="PATH", help="local tokenizer folder: also print token-length percentiles")
     val.add_argument("--max-errors", type=_count, default=DEFAULT_MAX_ERRORS, metavar="N", help="bad rows shown")
     val.add_argument("--jobs", type=_count, default=0, metavar="N", help="processes for big JSON lines (0: auto)")
+    val.add_argument(
+        "--preprocessing-num-workers",
+        type=_count,
+        metavar="N",
+        help="a folder's files load in N processes, as in the config (default: unknown, so 1 and one a file)",
+    )
     val.add_argument("--json", action="store_true", help="print the report as JSON")
     val.set_defaults(run=run_validate)
 
@@ -116,6 +122,7 @@ def run_validate(args: argparse.Namespace) -> int:
         tokenizer=args.tokenizer,
         max_errors=args.max_errors,
         jobs=args.jobs,
+        loader_processes=args.preprocessing_num_workers,
     )
     if args.json:
         print(json.dumps(report.as_json(), indent=2))
