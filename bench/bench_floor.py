@@ -62,15 +62,6 @@ def _stages(path: Path) -> dict[str, Callable[[], object]]:
     return {"read": read, "+ bytes": read_bytes, "+ syntax (floor)": read_bytes_syntax, "fast path": fast_path}
 
 
-def _time(run: Callable[[], object], runs: int) -> float:
-    seconds = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        run()
-        seconds.append(time.perf_counter() - start)
-    return median(seconds)
-
-
 def main() -> None:
     cli = argparse.ArgumentParser()
     cli.add_argument("--runs", type=int, default=5)
@@ -79,26 +70,34 @@ def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     path = generate(OUT / f"alpaca_{args.rows}.jsonl", args.rows, "alpaca")
     cores = os.cpu_count() or 1
+    stages = _stages(path)
     hf_home = Path(tempfile.mkdtemp(prefix="bench-hf-"))
     env = {**os.environ, "HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    loads = []
+    loads: list[float] = []
+    seconds: dict[str, list[float]] = {name: [] for name in stages}
     try:
-        for _ in range(args.runs):
+        for _ in range(args.runs):  # interleaved: this machine's speed drifts by tens of percent
             cache = tempfile.mkdtemp(prefix="bench-cache-", dir=hf_home)
             loads.append(child(LOAD, str(path), cache, env=env)["seconds"])
             shutil.rmtree(cache, ignore_errors=True)
+            for name, run in stages.items():
+                start = time.perf_counter()
+                run()
+                seconds[name].append(time.perf_counter() - start)
     finally:
         shutil.rmtree(hf_home, ignore_errors=True)
     load = median(loads)
     target = load / TARGET_RATIO
     print(f"machine: {machine()}")
-    print(f"file: {path.name}, {path.stat().st_size / 1e6:.0f} MB; medians of {args.runs} runs")
+    print(f"file: {path.name}, {path.stat().st_size / 1e6:.0f} MB; medians of {args.runs} runs, interleaved")
     print(f"  datasets.load_dataset json: {load:.3f} s; the {TARGET_RATIO:g}x target: {target:.3f} s")
-    for name, run in _stages(path).items():
-        one_core = _time(run, args.runs)
+    for name, times in seconds.items():
+        one_core = median(times)
         split = one_core / cores  # a perfect split over every core, with no cost to split or join
-        verdict = "under" if split <= target else "over"
-        print(f"  {name:17} one core {one_core:.3f} s, / {cores} cores {split:.3f} s: {verdict} the target")
+        print(
+            f"  {name:17} one core {one_core:.3f} s, / {cores} cores {split:.3f} s: "
+            f"{load / split:.2f}x the load ({'under' if split <= target else 'over'} the target)"
+        )
 
 
 if __name__ == "__main__":
