@@ -460,8 +460,9 @@ def _parse_array(buf: str, line: int, eof: bool, chunks: Iterator) -> Iterator[A
 # -- values that parse but that LLaMA-Factory's loader cannot hold (datasets 4.0.0, pyarrow 26.0.1,
 # pandas 3.1.1; each case loaded for real in tests/test_dataset_types.py) ---------------------------
 
-# JSON lines (pyarrow) stop at a decimal whose exponent passes 308 plus its digits after the point
-# (1e309, 0e999; not 1.5e309, which reads as inf) and at a UTF-16 surrogate escape without its other
+# JSON lines (pyarrow) stop at a decimal whose exponent passes 308 plus its digits after the point,
+# as far as the first 18 significant digits (1e309, 0e999, 111111111111111111.5e309; not 1.5e309,
+# which reads as inf) and at a UTF-16 surrogate escape without its other
 # half, and read an integer beyond int64 as a double (dataset_types). A JSON array (pandas) reads
 # 1e400 as inf, but stops at an integer beyond int64 (one beyond it stands alone only at the top
 # level, positive, with no null in its column), and at a lone surrogate, or drops it from the text
@@ -472,7 +473,8 @@ _SURROGATE_ESCAPES = re.compile(
 )
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # what is left in a string after a pair is joined
 _INTEGER_RANGE = range(-(2**63), 2**63)
-_MAX_EXPONENT = 308  # rapidjson's, which pyarrow parses with: plus the digits after the point
+_MAX_EXPONENT = 308  # rapidjson's, which pyarrow parses with: plus the digits after the point it counts
+_SIGNIFICANT_DIGITS = 18  # past these, rapidjson skips the digits after the point without counting them
 _INFINITE = (float("inf"), float("-inf"))
 _DECIMAL_TOO_BIG = (
     "the number {} is beyond what a double holds: LLaMA-Factory's loader stops at this row (pyarrow: "
@@ -517,10 +519,28 @@ def _decimal(too_big: list[str], text: str) -> float:
     if number in _INFINITE:
         mantissa, _, exponent = text.replace("E", "e").partition("e")
         digits = exponent.lstrip("+").lstrip("0") or "0"
-        limit = _MAX_EXPONENT + len(mantissa.partition(".")[2])
+        integer, _, fraction = mantissa.lstrip("-").partition(".")
+        limit = _MAX_EXPONENT + _counted_fraction_digits(integer, fraction)
         if not digits.startswith("-") and (len(digits) > len(str(limit)) or int(digits) > limit):
             too_big.append(text)
     return number
+
+
+def _counted_fraction_digits(integer: str, fraction: str) -> int:
+    """The digits after the point that rapidjson counts against the exponent: only while the number
+    has fewer than 18 significant digits (a lone 0 before the point counts as one, zeros after it do
+    not until a nonzero digit). Fitted to pyarrow: tests/test_dataset_types.py holds it to pyarrow's
+    own verdict on thousands of numbers near the limit."""
+    started = integer != "0"
+    significant = len(integer) if started else 1
+    counted = 0
+    for digit in fraction:
+        if significant >= _SIGNIFICANT_DIGITS:
+            break
+        counted += 1
+        if started or digit != "0":
+            started, significant = True, significant + 1
+    return counted
 
 
 def _integer(too_big: list[str], text: str) -> int:

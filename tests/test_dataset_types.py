@@ -10,6 +10,7 @@ import json
 import math
 import os
 import pickle
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -212,6 +213,8 @@ UNHOLDABLE_CASES = {
     "a zero with too big an exponent (pyarrow goes by the exponent; pandas reads null)": ("0e999", MISSED, NOT_CHECKED),
     "the same, after a point": ("0.0e400", MISSED, NOT_CHECKED),
     "an exponent within 308 plus the digits after the point (inf)": ("1.5e309", None, None),
+    "past 18 significant digits the point's digits do not count": ("111111111111111111.5e309", "e309", None),
+    "up to 18 they do (inf)": ("11111111111111111.5e309", None, None),
     "the largest double": ("1.7e308", None, None),
     "Infinity as a literal": ("Infinity", None, None),
     "a decimal too small to hold (reads as 0)": ("1e-400", None, None),
@@ -250,6 +253,45 @@ def test_values_the_loader_cannot_hold_are_found_where_it_stops(tmp_path, layout
     if named is not None:
         [bad] = report.bad_rows
         assert (bad.line, named in bad.reason) == (2 if layout == "jsonl" else 3, True), bad.reason
+
+
+def _near_the_exponent_limit(rng: random.Random) -> str:
+    """A nonzero decimal whose exponent lies near 308 plus its digits after the point."""
+    integer = (
+        "0"
+        if rng.random() < 0.3
+        else str(rng.randint(1, 9))
+        + "".join(rng.choice("0123456789") for _ in range(rng.choice([0, 0, 1, 4, 14, 15, 16, 17, 18, 24])))
+    )
+    places = rng.choice([0, 1, 2, 5, 15, 16, 17, 18, 19, 22, 30]) or (1 if integer == "0" else 0)
+    zeros = rng.random() < 0.3  # leading zeros after the point (0.000...5)
+    fraction = "".join("0" if zeros and i < places - 1 else rng.choice("0123456789") for i in range(places))
+    fraction = fraction[:-1] + "7" if places else ""  # never all zeros
+    sign = "-" if rng.random() < 0.2 else ""
+    exponent = rng.randint(places + 283, places + 311)
+    return f"{sign}{integer}{'.' + fraction if places else ''}{rng.choice('eE')}{exponent}"
+
+
+def test_decimals_near_the_exponent_limit_are_found_exactly_where_pyarrow_stops(tmp_path):
+    """pyarrow's own verdict on each number alone, against the scan's on a file of them, one a row."""
+    pa, paj = pytest.importorskip("pyarrow"), pytest.importorskip("pyarrow.json")
+    rng = random.Random(7)
+    numbers = [_near_the_exponent_limit(rng) for _ in range(1500)]
+
+    def stops(number: str) -> bool:
+        try:
+            paj.read_json(io.BytesIO(f'{{"x": {number}}}'.encode()))
+        except pa.ArrowInvalid as err:
+            assert "too big" in str(err)
+            return True
+        return False
+
+    path = tmp_path / "numbers.jsonl"
+    path.write_text("".join(json.dumps(qa(i))[:-1] + f', "x": {n}}}\n' for i, n in enumerate(numbers)))
+    report = validate_dataset(path, max_errors=len(numbers))
+    expected = [line for line, number in enumerate(numbers, start=1) if stops(number)]
+    assert 100 < len(expected) < 1400  # both verdicts well represented
+    assert [b.line for b in report.bad_rows] == expected
 
 
 @pytest.mark.parametrize("layout", ["jsonl", "json"])
