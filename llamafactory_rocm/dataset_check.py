@@ -183,8 +183,14 @@ def validate_dataset(
     """
     if formatting is not None and formatting not in FORMATTINGS:
         raise UsageError(f"formatting {formatting!r} is not one of {', '.join(FORMATTINGS)}.")
-    tokens = _token_counter(tokenizer)
-    options = _ScanOptions(max_errors, tokens, progress, jobs or default_jobs(), fast, loader_processes)
+    options = _ScanOptions(
+        max_errors=max_errors,
+        tokens=_token_counter(tokenizer),
+        progress=progress,
+        jobs=jobs or default_jobs(),
+        fast=fast,
+        loader_processes=loader_processes,
+    )
     if _is_file_argument(name_or_file):
         path = Path(name_or_file)
         if not path.is_file():
@@ -277,14 +283,14 @@ def _check_local(report: DatasetReport, path: Path, rules: RowRules, options: _S
         good += _check_file(report, file, rules, options, label, run_types)
         if run_types is None:
             continue
-        if number == run.start:  # the first file's first batch is already counted: up to 10 MB not read again
+        if number == run.start:  # file 0's first batch is already counted (up to 10 MB not read again)
             run_batch = first_batch if number == 0 else first_batch_lines(file)
             kinds[number] = run_types.first_batch_kinds(run_batch)
         if number == run.stop - 1:
             if run.start and (run_batch is not None or len(run) > 1):  # the first run is the one process's
                 run_late += _run_late_rows(run_types, run_batch, run, label_of=labels[run.start])
             run_types = None
-    merges = _merge_rows(rules.types, labels, kinds)
+    merges = _merge_rows(labels, kinds)
     good -= _add_late_rows(report, rules.types, first_batch, options.max_errors, merges + run_late)
     if rules.types.overflow is not None:
         where = rules.types.place(rules.types.overflow)
@@ -338,7 +344,7 @@ def _run_late_rows(
     return [((run.start + file, line), reason) for (file, line), reason in run_types.late_rows(run_batch, batch_of)]
 
 
-def _merge_rows(types: ColumnTypes, labels: list[str | None], kinds: dict[int, dict]) -> list[tuple[Where, str]]:
+def _merge_rows(labels: list[str | None], kinds: dict[int, dict]) -> list[tuple[Where, str]]:
     """Where a later run's first batch types a column in a way the first run's cannot merge with."""
     found = []
     for number, later in kinds.items():
@@ -385,10 +391,14 @@ def _check_file(
     """Scan one file into the report; returns its number of good rows. ``own``: where to keep the
     types of this file's rows also apart (those of one loading process's run of files)."""
     rules.types.file_number(label)  # files load in this order: the first one's first batch fixes the types
-    rules.types.reads_dates = is_json_lines(path)  # pandas reads a JSON array, and no dates
     if own is not None:
         own.file_number(label)
-        own.reads_dates = rules.types.reads_dates
+    if path.is_dir():
+        report.errors.append(
+            f"{path.name} is a folder: LLaMA-Factory hands every entry of the dataset folder to datasets as a file "
+            "and stops (File types should be identical). Move it out of the dataset folder"
+        )
+        return 0
     suffix = path.suffix.lower()
     if suffix not in LOADABLE_SUFFIXES:
         report.errors.append(f"{path.name}: LLaMA-Factory loads only {', '.join(LOADABLE_SUFFIXES)} files")
@@ -397,6 +407,9 @@ def _check_file(
         report.warnings.append(f"{path.name}: only JSON and JSON-lines rows are checked, not {suffix}")
         return 0
     try:
+        rules.types.reads_dates = is_json_lines(path)  # pandas reads a JSON array, and no dates
+        if own is not None:
+            own.reads_dates = rules.types.reads_dates
         size = path.stat().st_size
         with _ProgressBar(path, size, options.progress) as bar:
             if _parallel(path, size, options):

@@ -26,10 +26,11 @@ load (``Failed to parse string: 'n/a' as a scalar of type timestamp[s]``). panda
 JSON array, converts only columns named like dates, by rules of its own: not modelled
 (``reads_dates``).
 
-Files that load in parallel (a folder, with ``preprocessing_num_workers``) each get the types of
-their own first batch, and datasets cannot merge int64 with double, or timestamps with strings:
-``merge_conflicts`` compares each file's first batch (``first_batch_kinds``) with the first file's,
-and each file's own first batch fixes the rest of that file (``late_rows`` of its own types).
+Files that load in parallel (a folder, with ``preprocessing_num_workers``) load in runs of
+consecutive files, one run a process (``loader_runs``). Each run gets the types of its own first
+batch, which fix the rest of the run (``late_rows`` of the run's own types), and datasets cannot
+merge int64 with double, or timestamps with strings: ``merge_conflicts`` compares each run's first
+batch (``first_batch_kinds``) with the first run's.
 
 An integer beyond int64 reads as a double, like a decimal that is not whole: after a first batch of
 whole numbers it stops the load in the same way (``Float value 1e+20 was truncated converting to
@@ -372,7 +373,7 @@ def _late(path: Path, column: Column, in_first_batch: Any, batch: str) -> tuple[
 _TIMESTAMP = "timestamp[s]"
 # (the first file's type, a later file's): files loaded in parallel fail to merge. Timestamps then
 # strings mostly stop one process too (late_rows), but not where the strings are a JSON array's
-# dates, which pandas leaves as strings and one process casts.
+# dates without a zone, which pandas leaves as strings and one process casts.
 _UNMERGEABLE = {("int64", "double"), ("double", "int64"), ("string", _TIMESTAMP), (_TIMESTAMP, "string")}
 _MERGE_WHAT = {
     "double": "has a decimal (or an integer past int64) here, in the first batch of {later}, where that of {first} "

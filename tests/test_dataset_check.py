@@ -393,6 +393,18 @@ def test_a_folder_of_files_is_checked_file_by_file(tmp_path):
     assert [(b.file, b.line) for b in report.bad_rows] == [("b.jsonl", 2)]
 
 
+@pytest.mark.parametrize("name", [".ipynb_checkpoints", "old.jsonl"])
+def test_a_folder_inside_the_dataset_folder_is_a_defect_not_a_crash(tmp_path, name):
+    """LLaMA-Factory passes it to datasets as a file, which stops (File types should be identical)."""
+    folder = tmp_path / "data"
+    (folder / "parts" / name).mkdir(parents=True)
+    write_rows(folder / "parts" / "a.jsonl", ALPACA, "jsonl")
+    (folder / "dataset_info.json").write_text(json.dumps({"p": {"file_name": "parts"}}))
+    report = validate_dataset("p", folder)
+    assert not report.ok and report.rows == len(ALPACA)
+    assert any(e.startswith(f"{name} is a folder: LLaMA-Factory hands every entry") for e in report.errors)
+
+
 def test_missing_data_file_is_a_defect_not_a_crash(tmp_path):
     folder = make_dir(tmp_path / "data", {"gone": {"file_name": "gone.json"}}, {})
     report = validate_dataset("gone", folder)

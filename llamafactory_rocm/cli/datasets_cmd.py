@@ -40,7 +40,8 @@ def register(subs: argparse._SubParsersAction) -> None:
         "--preprocessing-num-workers",
         type=_count,
         metavar="N",
-        help="a folder's files load in N processes, as in the config (default: unknown, so 1 and one a file)",
+        help="a folder's files load in N processes, as preprocessing_num_workers in the config (default: unknown: "
+        "checked for 1 process and for one a file, not the runs of files in between)",
     )
     val.add_argument("--json", action="store_true", help="print the report as JSON")
     val.set_defaults(run=run_validate)
