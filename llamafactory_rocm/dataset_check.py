@@ -267,31 +267,44 @@ def _check_local(report: DatasetReport, path: Path, rules: RowRules, options: _S
     if len(suffixes) > 1:
         report.errors.append(f"{path} mixes file types ({', '.join(sorted(suffixes))}): LLaMA-Factory needs one")
     report.files = [str(f) for f in files]
-    first_batch = first_batch_lines(files[0])
+    # The loader skips a file of 0 bytes in a folder: the first batch is the next file's.
+    skipped = {n for n, file in enumerate(files) if _size(file) == 0} if labelled else set()
+    if skipped and len(skipped) == len(files):
+        report.errors.append(f"every file in {path} is empty: there are no rows")
+        return
+    batch_file = min(set(range(len(files))) - skipped)
+    first_batch = first_batch_lines(files[batch_file])
     rules.types.one_batch = len(files) == 1 and first_batch is None
     labels = [file.name if labelled else None for file in files]
     good = 0
     # Files loaded in parallel: each process's run of files has the types of the run's own first
     # batch, kept only while the run is read (memory), and the runs' first batches must merge.
     runs = {run.start: run for run in loader_runs(len(files), options.loader_processes)}
-    kinds: dict[int, dict] = {}  # the first-batch kinds of each run's first file, by its number
+    kinds: dict[int, dict] = {}  # the first-batch kinds of each run, by the number of the file they are from
     run_late: list[tuple[Where, str]] = []
-    run, run_types, run_batch = range(0), None, None
+    run, run_types, run_batch, run_first = range(0), None, None, None
     for number, (file, label) in enumerate(zip(files, labels, strict=True)):
         if number in runs:
-            run, run_types = runs[number], ColumnTypes()
+            run, run_types, run_first = runs[number], ColumnTypes(), None
         good += _check_file(report, file, rules, options, label, run_types)
         if run_types is None:
             continue
-        if number == run.start:  # file 0's first batch is already counted (up to 10 MB not read again)
-            run_batch = first_batch if number == 0 else first_batch_lines(file)
-            kinds[number] = run_types.first_batch_kinds(run_batch)
+        if run_first is None and number not in skipped:  # the file whose first batch fixes the run's types
+            run_first = number  # (the dataset's first batch is already counted: up to 10 MB not read again)
+            run_batch = first_batch if number == batch_file else first_batch_lines(file)
+            kinds[number] = run_types.first_batch_kinds(run_batch, number - run.start)
         if number == run.stop - 1:
-            if run.start and (run_batch is not None or len(run) > 1):  # the first run is the one process's
-                run_late += _run_late_rows(run_types, run_batch, run, label_of=labels[run.start])
+            # The first run's late rows are the one process's (late_rows, below).
+            if run_first is not None and run_first != batch_file and (run_batch is not None or number > run_first):
+                run_late += _run_late_rows(run_types, run_batch, run, run_first, labels[run_first])
+            if run_first is None:
+                report.errors.append(_empty_run_error([labels[n] for n in run]))
             run_types = None
-    merges = _merge_rows(labels, kinds)
-    good -= _add_late_rows(report, rules.types, first_batch, options.max_errors, merges + run_late)
+    if labelled and not report.rows and not report.errors:
+        report.errors.append(f"no file in {path} holds a row")
+    merges = _merge_rows(labels, kinds, batch_file)
+    late = rules.types.late_rows(first_batch, batch_file=batch_file)
+    good -= _add_late_rows(report, rules.types, late, options.max_errors, merges + run_late)
     if rules.types.overflow is not None:
         where = rules.types.place(rules.types.overflow)
         report.warnings.append(
@@ -304,6 +317,13 @@ def _check_local(report: DatasetReport, path: Path, rules: RowRules, options: _S
             report.errors.append(missing_column_error(column, key))
     if options.tokens is not None:
         report.tokens = options.tokens.percentiles()
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size if path.is_file() else -1
+    except OSError:
+        return -1  # reported by the scan
 
 
 def missing_column_error(column: str, key: str) -> str:
@@ -332,35 +352,53 @@ def first_batch_lines(path: Path) -> int | None:
         return None  # reported by the scan
 
 
+def _empty_run_error(names: list[str | None]) -> str:
+    """A process whose run of files is all 0 bytes has nothing to take types from, and stops the load."""
+    files = f"{names[0]} is" if len(names) == 1 else f"{', '.join(map(str, names))} are all"
+    alone = "loads in a process of its own" if len(names) == 1 else "make up the run of files one process loads"
+    return (
+        f"{files} empty (0 bytes) and {alone} (preprocessing_num_workers), which then stops the load (datasets: "
+        "SchemaInferenceError: Please pass `features` or at least one example). Remove the empty files"
+    )
+
+
 def _run_late_rows(
-    run_types: ColumnTypes, run_batch: int | None, run: range, label_of: str | None
+    run_types: ColumnTypes, run_batch: int | None, run: range, first: int, label_of: str | None
 ) -> list[tuple[Where, str]]:
     """Where a later run of a folder's files stops its own load: in parallel, the first batch of the
-    run's first file fixes the types of the rest of the run, as the first file's does in one process."""
+    run's first file (``first``, by number) fixes the types of the rest of the run, as the first file's
+    does in one process."""
     if len(run) == 1:
         batch_of = f"{label_of}, which loads in a process of its own (preprocessing_num_workers)"
     else:
         batch_of = f"{label_of}, the first of the {len(run)} files one process loads (preprocessing_num_workers)"
-    return [((run.start + file, line), reason) for (file, line), reason in run_types.late_rows(run_batch, batch_of)]
+    late = run_types.late_rows(run_batch, batch_of, batch_file=first - run.start)
+    return [((run.start + file, line), reason) for (file, line), reason in late]
 
 
-def _merge_rows(labels: list[str | None], kinds: dict[int, dict]) -> list[tuple[Where, str]]:
-    """Where a later run's first batch types a column in a way the first run's cannot merge with."""
+def _merge_rows(labels: list[str | None], kinds: dict[int, dict], first: int) -> list[tuple[Where, str]]:
+    """Where a later run's first batch types a column in a way the first run's (from file ``first``)
+    cannot merge with."""
     found = []
     for number, later in kinds.items():
-        if number == 0:
+        if number == first:
             continue
-        for (_, line), reason in merge_conflicts(kinds[0], later, str(labels[0]), str(labels[number])):
+        for (_, line), reason in merge_conflicts(kinds[first], later, str(labels[first]), str(labels[number])):
             found.append(((number, line), reason))
     return found
 
 
 def _add_late_rows(
-    report: DatasetReport, types: ColumnTypes, first_batch: int | None, max_errors: int, more: list[tuple[Where, str]]
+    report: DatasetReport,
+    types: ColumnTypes,
+    late_rows: list[tuple[Where, str]],
+    max_errors: int,
+    more: list[tuple[Where, str]],
 ) -> int:
-    """Put the rows where the loader's first batch stops the load (and ``more`` of that kind) among
-    the bad rows, in load order (they were good rows: nothing else is wrong with them). Returns how many."""
-    found = dict(types.late_rows(first_batch))
+    """Put the rows where the loader's first batch stops the load (``late_rows``, and ``more`` of that
+    kind) among the bad rows, in load order (they were good rows: nothing else is wrong with them).
+    Returns how many."""
+    found = dict(late_rows)
     for where, reason in more:
         found.setdefault(where, reason)  # one reason a row
     late = sorted(found.items())
@@ -407,10 +445,13 @@ def _check_file(
         report.warnings.append(f"{path.name}: only JSON and JSON-lines rows are checked, not {suffix}")
         return 0
     try:
-        rules.types.reads_dates = is_json_lines(path)  # pandas reads a JSON array, and no dates
+        rules.types.json_lines = is_json_lines(path)  # pyarrow reads it; pandas reads a JSON array
         if own is not None:
-            own.reads_dates = rules.types.reads_dates
+            own.json_lines = rules.types.json_lines
         size = path.stat().st_size
+        if size == 0 and label is not None:
+            report.warnings.append(f"{path.name} is empty (0 bytes): LLaMA-Factory's loader skips it")
+            return 0
         with _ProgressBar(path, size, options.progress) as bar:
             if _parallel(path, size, options):
                 good = _scan_rows_parallel(report, path, rules, options, label, bar.update, own)
@@ -464,10 +505,12 @@ def _scan_rows(
     report.rows += good + bad_rows - not_rows
     report.bad_row_count += bad_rows
     report.layout = report.layout or stats.layout
+    # A folder's file without rows is the loader's to skip (or to take its types from: _check_local).
+    said = report.errors if label is None else report.warnings
     if stats.empty:
-        report.errors.append(f"{path.name} is empty: there are no rows")
+        said.append(f"{path.name} is empty: there are no rows")
     elif good + bad_rows - not_rows == 0 and not bad_rows:
-        report.errors.append(f"{path.name} holds no rows")
+        said.append(f"{path.name} holds no rows")
     return good
 
 

@@ -24,7 +24,8 @@ A column whose strings are all dates in a batch (``2024-01-01``, ``2024-01-01T10
 read as timestamps: after a first batch of only dates, the first string that is not one stops the
 load (``Failed to parse string: 'n/a' as a scalar of type timestamp[s]``). pandas, which reads a
 JSON array, converts only columns named like dates, by rules of its own: not modelled
-(``reads_dates``).
+(``json_lines``). pandas also reads a top-level column of whole decimals (4.0, 5.0) as int64, where
+pyarrow makes it double; inside lists and objects they stay doubles.
 
 Files that load in parallel (a folder, with ``preprocessing_num_workers``) load in runs of
 consecutive files, one run a process (``loader_runs``). Each run gets the types of its own first
@@ -117,7 +118,7 @@ class ColumnTypes:
         self.columns: dict[Path, Column] = {}
         self.files: list[str | None] = []  # file labels in load order (None: the only file)
         self.one_batch = True  # one file that the loader parses at once: say so in reasons (conflict_reason)
-        self.reads_dates = True  # pyarrow (JSON lines) reads dates as timestamps; pandas (a JSON array) does not
+        self.json_lines = True  # pyarrow reads JSON lines (dates as timestamps); pandas a JSON array (no dates)
         self.overflow: Where | None = None  # the first row with a path past MAX_COLUMN_PATHS
         self._root = _Node()
         self._nodes: dict[Path, _Node] = {(): self._root}
@@ -132,13 +133,13 @@ class ColumnTypes:
             "files": self.files,
             "one_batch": self.one_batch,
             "overflow": self.overflow,
-            "reads_dates": self.reads_dates,
+            "json_lines": self.json_lines,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__()  # type: ignore[misc]
         self.files, self.one_batch, self.overflow = list(state["files"]), state["one_batch"], state["overflow"]
-        self.reads_dates = state["reads_dates"]
+        self.json_lines = state["json_lines"]
         for path, column in state["columns"].items():  # parents first: the order they were recorded in
             self._put(path, column)  # shared safely: a Column is replaced on change, never edited
 
@@ -209,15 +210,17 @@ class ColumnTypes:
             first = column if column is not None and column.kind == known else None  # None: this row
             return conflict_reason(path, kind, known, first, self.files, self.one_batch)
         if type(value) is float or (type(value) is int and not fits_int64(value)):
-            if (column is None or column.decimal is None) and "decimal" not in change:
+            whole = fits_int64(value)
+            int64 = whole and not self.json_lines and len(path) == 1  # pandas: whole decimals in a column
+            if (column is None or column.decimal is None) and "decimal" not in change and not int64:
                 change["decimal"] = where
-            if (column is None or column.fraction is None) and "fraction" not in change and not fits_int64(value):
+            if (column is None or column.fraction is None) and "fraction" not in change and not whole:
                 change["fraction"] = where
         elif (
             kind == "string"
             and (column is None or column.undated is None)
             and "undated" not in change
-            and not (self.reads_dates and is_timestamp(value))
+            and not (self.json_lines and is_timestamp(value))
         ):
             change["undated"] = where  # the column is no longer all dates
         return None
@@ -263,18 +266,24 @@ class ColumnTypes:
 
     # -- the loader's first batch -----------------------------------------------------------------
 
-    def late_rows(self, first_batch_lines: int | None, batch_of: str | None = None) -> list[tuple[Where, str]]:
+    def late_rows(
+        self, first_batch_lines: int | None, batch_of: str | None = None, batch_file: int = 0
+    ) -> list[tuple[Where, str]]:
         """``(where, reason)`` for each row where the loader stops because its first batch (the first
-        ``first_batch_lines`` lines of the first file; None: all of it) fixed another type: the first
-        row of each such column, one reason a row, in load order. ``batch_of``: what to call the
-        first file in reasons (default: its label)."""
+        ``first_batch_lines`` lines of the first file, ``batch_file``, the first that is not 0 bytes;
+        None: all of it) fixed another type: the first row of each such column, one reason a row, in
+        load order. ``batch_of``: what to call that file in reasons (default: its label)."""
 
         def in_first_batch(where: Where | None) -> bool:
-            return where is not None and where[0] == 0 and (first_batch_lines is None or where[1] <= first_batch_lines)
+            return (
+                where is not None
+                and where[0] == batch_file
+                and (first_batch_lines is None or where[1] <= first_batch_lines)
+            )
 
         batch = f"the first {first_batch_lines} lines" if first_batch_lines is not None else "all lines"
-        if batch_of is None and self.files and self.files[0]:
-            batch_of = self.files[0]
+        if batch_of is None and batch_file < len(self.files) and self.files[batch_file]:
+            batch_of = self.files[batch_file]
         if batch_of:
             batch += f" of {batch_of}"
         found: dict[Where, str] = {}
@@ -290,13 +299,17 @@ class ColumnTypes:
                 found.setdefault(late[0], late[1])
         return sorted(found.items())
 
-    def first_batch_kinds(self, first_batch_lines: int | None) -> dict[Path, tuple[str, Where]]:
-        """The types of the first file's rows (file number 0): for each column, what pyarrow makes of it in
+    def first_batch_kinds(self, first_batch_lines: int | None, batch_file: int = 0) -> dict[Path, tuple[str, Where]]:
+        """The types of the first file's rows (``batch_file``): for each column, what pyarrow makes of it in
         the file's first batch where that is a choice (int64 or double, timestamp[s] or string), and
         the row that made it (the first number, the first decimal, the first date, the first other)."""
 
         def in_batch(where: Where | None) -> bool:
-            return where is not None and where[0] == 0 and (first_batch_lines is None or where[1] <= first_batch_lines)
+            return (
+                where is not None
+                and where[0] == batch_file
+                and (first_batch_lines is None or where[1] <= first_batch_lines)
+            )
 
         kinds: dict[Path, tuple[str, Where]] = {}
         for path, column in self.columns.items():

@@ -550,6 +550,87 @@ def test_with_the_configs_processes_validation_fails_exactly_the_folders_the_loa
     assert report.ok == loads, report.summary()
 
 
+EMPTY_FILE_CASES = {  # files in load order: extra columns of three rows, EMPTY (0 bytes) or BLANK (blank lines)
+    "a file of 0 bytes starts a later run": [{"s": 1.5}, {"s": 1.5}, "EMPTY", {"s": 1}],
+    "the same, the files alike": [{}, {}, "EMPTY", {}],
+    "a first file of 0 bytes": ["EMPTY", {"src": "web"}, {"src": "web"}],
+    "blank lines start a later run (pyarrow: a batch of no columns)": [{}, {}, "BLANK", {}],
+}
+
+
+@pytest.mark.parametrize("processes", [1, 2, 4])
+@pytest.mark.parametrize("files", list(EMPTY_FILE_CASES.values()), ids=list(EMPTY_FILE_CASES))
+def test_the_loader_skips_a_file_of_0_bytes_and_the_next_one_fixes_the_types(tmp_path, files, processes):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    for number in range(len(files)):
+        (folder / f"part{number}.jsonl").touch()
+    load_order = [folder / name for name in os.listdir(folder)]
+    for path, extra in zip(load_order, files, strict=True):
+        if extra == "BLANK":
+            path.write_text("\n\n")
+        elif extra != "EMPTY":
+            path.write_bytes(jsonl([qa(i, **extra) for i in range(3)]))
+    loads = _loads_files(load_order, tmp_path / "cache", num_proc=processes)
+    options = dataset_check._ScanOptions(loader_processes=processes)
+    report = dataset_check.validate_entry("d", {"file_name": folder.name}, tmp_path, options=options)
+    assert report.ok == loads, report.summary()
+    empty = [path.name for path, extra in zip(load_order, files, strict=True) if extra == "EMPTY"]
+    assert [w for w in report.warnings if "is empty (0 bytes)" in w] == [
+        f"{name} is empty (0 bytes): LLaMA-Factory's loader skips it" for name in empty
+    ]
+
+
+def test_a_file_of_0_bytes_that_loads_in_a_process_of_its_own_stops_the_load(tmp_path):
+    """The CLI's default (processes not known) checks for one process a file, among others."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "a.jsonl").write_bytes(jsonl([qa(i) for i in range(3)]))
+    (folder / "b.jsonl").touch()
+    assert not _loads_files([folder / "a.jsonl", folder / "b.jsonl"], tmp_path / "cache", num_proc=2)
+    report = dataset_check.validate_entry("d", {"file_name": folder.name}, tmp_path)
+    assert report.errors == [
+        "b.jsonl is empty (0 bytes) and loads in a process of its own (preprocessing_num_workers), which then "
+        "stops the load (datasets: SchemaInferenceError: Please pass `features` or at least one example). "
+        "Remove the empty files"
+    ]
+
+
+def test_a_folder_of_empty_files_has_no_rows(tmp_path):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    for name in ("a.jsonl", "b.jsonl"):
+        (folder / name).touch()
+    report = dataset_check.validate_entry("d", {"file_name": folder.name}, tmp_path)
+    assert not report.ok and report.errors == [f"every file in {folder} is empty: there are no rows"]
+
+
+ARRAY_FOLDER_CASES = {  # two files in load order: (JSON array or lines, the score of each of its rows)
+    "arrays: whole decimals (int64 to pandas), then a fraction": (("array", [4.0, 5.0]), ("array", [4.5, 3.0])),
+    "lines: a fraction, then an array of whole decimals": (("lines", [4.5, 3.0]), ("array", [4.0, 5.0])),
+    "lines: whole numbers, then an array of whole decimals": (("lines", [4, 3]), ("array", [4.0, 5.0])),
+    "arrays: whole decimals, then whole numbers": (("array", [4.0, 5.0]), ("array", [4, 3])),
+    "arrays: whole decimals in lists stay doubles": (("array", [[4.0]]), ("array", [[4.5]])),
+}
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+@pytest.mark.parametrize("files", list(ARRAY_FOLDER_CASES.values()), ids=list(ARRAY_FOLDER_CASES))
+def test_pandas_reads_a_column_of_whole_decimals_in_a_json_array_as_int64(tmp_path, files, processes):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    for name in ("a.json", "b.json"):
+        (folder / name).touch()
+    load_order = [folder / name for name in os.listdir(folder)]
+    for path, (layout, scores) in zip(load_order, files, strict=True):
+        rows = [qa(i, score=score) for i, score in enumerate(scores)]
+        path.write_text(json.dumps(rows) if layout == "array" else jsonl(rows).decode())
+    loads = _loads_files(load_order, tmp_path / "cache", num_proc=processes)
+    options = dataset_check._ScanOptions(loader_processes=processes)
+    report = dataset_check.validate_entry("d", {"file_name": folder.name}, tmp_path, options=options)
+    assert report.ok == loads, report.summary()
+
+
 def _folder_of_two(tmp_path: Path) -> tuple[Path, list[Path]]:
     """A folder with a.jsonl and b.jsonl, and its files in the order os.listdir gives them."""
     folder = tmp_path / "data"
