@@ -544,10 +544,7 @@ def test_with_the_configs_processes_validation_fails_exactly_the_folders_the_loa
     load_order = [folder / name for name in os.listdir(folder)]
     for path, extra in zip(load_order, columns, strict=True):
         path.write_bytes(jsonl([qa(i, **extra) for i in range(3)]))
-    loads = _loads_files(load_order, tmp_path / "cache", num_proc=processes)
-    options = dataset_check._ScanOptions(loader_processes=processes)
-    report = dataset_check.validate_entry("d", {"file_name": folder.name}, tmp_path, options=options)
-    assert report.ok == loads, report.summary()
+    _validated_as_loaded(tmp_path, folder, load_order, processes)
 
 
 EMPTY_FILE_CASES = {  # files in load order: extra columns of three rows, EMPTY (0 bytes) or BLANK (blank lines)
@@ -571,10 +568,7 @@ def test_the_loader_skips_a_file_of_0_bytes_and_the_next_one_fixes_the_types(tmp
             path.write_text("\n\n")
         elif extra != "EMPTY":
             path.write_bytes(jsonl([qa(i, **extra) for i in range(3)]))
-    loads = _loads_files(load_order, tmp_path / "cache", num_proc=processes)
-    options = dataset_check._ScanOptions(loader_processes=processes)
-    report = dataset_check.validate_entry("d", {"file_name": folder.name}, tmp_path, options=options)
-    assert report.ok == loads, report.summary()
+    report = _validated_as_loaded(tmp_path, folder, load_order, processes)
     empty = [path.name for path, extra in zip(load_order, files, strict=True) if extra == "EMPTY"]
     assert [w for w in report.warnings if "is empty (0 bytes)" in w] == [
         f"{name} is empty (0 bytes): LLaMA-Factory's loader skips it" for name in empty
@@ -625,10 +619,19 @@ def test_pandas_reads_a_column_of_whole_decimals_in_a_json_array_as_int64(tmp_pa
     for path, (layout, scores) in zip(load_order, files, strict=True):
         rows = [qa(i, score=score) for i, score in enumerate(scores)]
         path.write_text(json.dumps(rows) if layout == "array" else jsonl(rows).decode())
+    _validated_as_loaded(tmp_path, folder, load_order, processes)
+
+
+def _validated_as_loaded(
+    tmp_path: Path, folder: Path, load_order: list[Path], processes: int
+) -> dataset_check.DatasetReport:
+    """The folder's report with the config's processes known, asserted to pass exactly where the
+    real loader with as many processes loads it."""
     loads = _loads_files(load_order, tmp_path / "cache", num_proc=processes)
     options = dataset_check._ScanOptions(loader_processes=processes)
     report = dataset_check.validate_entry("d", {"file_name": folder.name}, tmp_path, options=options)
     assert report.ok == loads, report.summary()
+    return report
 
 
 def _folder_of_two(tmp_path: Path) -> tuple[Path, list[Path]]:
