@@ -172,7 +172,7 @@ class ColumnTypes:
     def conflict(self, row: dict[str, Any], line: int, file: str | None = None) -> str | None:
         """Record a row's types, or (recording nothing) say why the loader will stop at it."""
         try:
-            if _known(self._root, row):
+            if _known(self._root, row, self.json_lines):
                 return None  # the common case: no key, type or decimal that earlier rows did not have
         except RecursionError:
             pass  # nested deeper than Python recurses: the walk below has no such limit
@@ -376,8 +376,9 @@ def _late(path: Path, column: Column, in_first_batch: Any, batch: str) -> tuple[
     if column.undated is not None and in_first_batch(column.typed) and not in_first_batch(column.undated):
         return column.undated, (
             f"column {name} holds only dates in the loader's first batch ({batch}), which pyarrow reads "
-            "as timestamps, and a string that is not one here: LLaMA-Factory's loader stops (pyarrow: Failed "
-            "to parse string as a scalar of type timestamp[s]). Put a row whose value is not a date in the "
+            "as timestamps, and a string that is not one here (or a JSON array's date with a zone, which pandas "
+            "keeps as a string): LLaMA-Factory's loader stops (pyarrow: Failed to parse string as a scalar of "
+            "type timestamp[s]). Put a row whose value is not a date in the "
             "first batch, or remove the column (LLaMA-Factory trains only on the mapped columns)"
         )
     return None
@@ -458,8 +459,9 @@ def _walk(row: dict[str, Any]) -> Iterator[tuple[Path, Any]]:
             stack.pop()
 
 
-def _known(node: _Node, obj: dict[str, Any]) -> bool:
-    """Every key of ``obj``, and below, already seen, with the type it has here (or null)."""
+def _known(node: _Node, obj: dict[str, Any], json_lines: bool = True) -> bool:
+    """Every key of ``obj``, and below, already seen, with the type it has here (or null).
+    ``json_lines``: False for a JSON array's row, whose strings pandas keeps as strings."""
     keys = node.keys
     for key, value in obj.items():
         child = keys.get(key)
@@ -469,38 +471,47 @@ def _known(node: _Node, obj: dict[str, Any]) -> bool:
             continue
         kind = type(value)
         if kind not in child.admits:
-            if kind is str and child.dated and is_timestamp(value):
+            if kind is str and child.dated and _casts_to_timestamp(value, json_lines):
                 continue
             return False
         if kind is int and not INT64_MIN <= value <= INT64_MAX and float not in child.admits:
             return False  # news: a double, as a fraction is
         if kind is dict:
-            if not _known(child, value):
+            if not _known(child, value, json_lines):
                 return False
         elif kind is list and value:
             item = child.item
             if item is None:
                 return False
             for element in value:
-                if not _known_value(item, element):
+                if not _known_value(item, element, json_lines):
                     return False
     return True
 
 
-def _known_value(node: _Node, value: Any) -> bool:
+def _known_value(node: _Node, value: Any, json_lines: bool = True) -> bool:
     """As ``_known``, for one element of a list."""
     if value is None:
         return True
     kind = type(value)
     if kind not in node.admits:
-        return kind is str and node.dated and is_timestamp(value) is not None
+        return kind is str and node.dated and _casts_to_timestamp(value, json_lines)
     if kind is int and not INT64_MIN <= value <= INT64_MAX and float not in node.admits:
         return False
     if kind is dict:
-        return _known(node, value)
+        return _known(node, value, json_lines)
     if kind is list and value:
-        return node.item is not None and all(_known_value(node.item, item) for item in value)
+        return node.item is not None and all(_known_value(node.item, item, json_lines) for item in value)
     return True
+
+
+def _casts_to_timestamp(value: str, json_lines: bool) -> bool:
+    """A date that fits a column of timestamps: any in JSON lines (pyarrow reads a zone and drops
+    it); in a JSON array (a string to pandas, cast afterwards) only one without a zone: the cast
+    stops at ``2024-01-01T10:00:00Z`` (expected no zone offset)."""
+    if is_timestamp(value) is None:
+        return False
+    return json_lines or not (value.endswith("Z") or "+" in value[10:] or "-" in value[10:])
 
 
 def fits_int64(number: float) -> bool:

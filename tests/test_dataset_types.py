@@ -622,6 +622,26 @@ def test_pandas_reads_a_column_of_whole_decimals_in_a_json_array_as_int64(tmp_pa
     _validated_as_loaded(tmp_path, folder, load_order, processes)
 
 
+ARRAY_DATE_CASES = {  # JSON lines of dates (timestamp[s]), then a JSON array of the same strings (pandas: strings)
+    "dates": "2024-01-02",
+    "dates with a zone (the cast of the array's strings stops)": "2024-01-02T10:00:00Z",
+    "dates with an offset": "2024-01-02 10:00-05:00",
+}
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+@pytest.mark.parametrize("day", list(ARRAY_DATE_CASES.values()), ids=list(ARRAY_DATE_CASES))
+def test_a_json_arrays_dates_cast_to_timestamps_only_without_a_zone(tmp_path, day, processes):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    for name in ("a.json", "b.json"):
+        (folder / name).touch()
+    load_order = [folder / name for name in os.listdir(folder)]
+    load_order[0].write_bytes(jsonl([qa(i, day=day) for i in range(3)]))
+    load_order[1].write_text(json.dumps([qa(i, day=day) for i in range(3)]))
+    _validated_as_loaded(tmp_path, folder, load_order, processes)
+
+
 def _validated_as_loaded(
     tmp_path: Path, folder: Path, load_order: list[Path], processes: int
 ) -> dataset_check.DatasetReport:
