@@ -492,11 +492,7 @@ def test_a_later_file_loaded_in_a_process_of_its_own_is_fixed_by_its_own_first_b
 def test_the_dates_of_a_json_array_are_strings_that_do_not_merge_with_timestamps(tmp_path):
     """pandas reads a JSON array without dates: one process casts its date strings to the first
     file's timestamps, parallel processes cannot merge strings with timestamps."""
-    folder = tmp_path / "data"
-    folder.mkdir()
-    for name in ("a.json", "b.json"):
-        (folder / name).touch()
-    load_order = [folder / name for name in os.listdir(folder)]
+    folder, load_order = _folder_of_two(tmp_path, suffix=".json")
     load_order[0].write_bytes(jsonl([qa(i, day="2024-01-01") for i in range(3)]))  # JSON lines: timestamps
     load_order[1].write_text(json.dumps([qa(i, day="2024-01-02") for i in range(3)]))  # a JSON array: strings
     assert _loads_files(load_order, tmp_path / "one")
@@ -611,11 +607,7 @@ ARRAY_FOLDER_CASES = {  # two files in load order: (JSON array or lines, the sco
 @pytest.mark.parametrize("processes", [1, 2])
 @pytest.mark.parametrize("files", list(ARRAY_FOLDER_CASES.values()), ids=list(ARRAY_FOLDER_CASES))
 def test_pandas_reads_a_column_of_whole_decimals_in_a_json_array_as_int64(tmp_path, files, processes):
-    folder = tmp_path / "data"
-    folder.mkdir()
-    for name in ("a.json", "b.json"):
-        (folder / name).touch()
-    load_order = [folder / name for name in os.listdir(folder)]
+    folder, load_order = _folder_of_two(tmp_path, suffix=".json")
     for path, (layout, scores) in zip(load_order, files, strict=True):
         rows = [qa(i, score=score) for i, score in enumerate(scores)]
         path.write_text(json.dumps(rows) if layout == "array" else jsonl(rows).decode())
@@ -632,11 +624,7 @@ ARRAY_DATE_CASES = {  # JSON lines of dates (timestamp[s]), then a JSON array of
 @pytest.mark.parametrize("processes", [1, 2])
 @pytest.mark.parametrize("day", list(ARRAY_DATE_CASES.values()), ids=list(ARRAY_DATE_CASES))
 def test_a_json_arrays_dates_cast_to_timestamps_only_without_a_zone(tmp_path, day, processes):
-    folder = tmp_path / "data"
-    folder.mkdir()
-    for name in ("a.json", "b.json"):
-        (folder / name).touch()
-    load_order = [folder / name for name in os.listdir(folder)]
+    folder, load_order = _folder_of_two(tmp_path, suffix=".json")
     load_order[0].write_bytes(jsonl([qa(i, day=day) for i in range(3)]))
     load_order[1].write_text(json.dumps([qa(i, day=day) for i in range(3)]))
     _validated_as_loaded(tmp_path, folder, load_order, processes)
@@ -654,11 +642,11 @@ def _validated_as_loaded(
     return report
 
 
-def _folder_of_two(tmp_path: Path) -> tuple[Path, list[Path]]:
-    """A folder with a.jsonl and b.jsonl, and its files in the order os.listdir gives them."""
+def _folder_of_two(tmp_path: Path, suffix: str = ".jsonl") -> tuple[Path, list[Path]]:
+    """A folder with a.jsonl and b.jsonl (or another suffix), and its files in the order os.listdir gives them."""
     folder = tmp_path / "data"
     folder.mkdir()
-    for name in ("a.jsonl", "b.jsonl"):
+    for name in (f"a{suffix}", f"b{suffix}"):
         (folder / name).touch()
     return folder, [folder / name for name in os.listdir(folder)]
 
