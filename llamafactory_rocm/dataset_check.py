@@ -31,7 +31,7 @@ from .dataset_entry import (
 )
 from .dataset_parallel import MIN_PARALLEL_BYTES, can_fork, default_jobs, is_json_lines, scan_parallel
 from .dataset_rows import RowRules, make_rules, role_content_tags
-from .dataset_scan import ScanError, ScanStats, iter_rows
+from .dataset_scan import EMPTY_ARRAY, ScanError, ScanStats, iter_rows
 from .dataset_types import LOADER_BATCH_BYTES, MAX_COLUMN_PATHS, ColumnTypes, Where, loader_runs, merge_conflicts
 from .errors import UsageError
 from .findings import Finding, Level
@@ -297,8 +297,10 @@ def _check_local(report: DatasetReport, path: Path, rules: RowRules, options: _S
             # The first run's late rows are the one process's (late_rows, below).
             if run_first is not None and run_first != batch_file and (run_batch is not None or number > run_first):
                 run_late += _run_late_rows(run_types, run_batch, run, run_first, labels[run_first])
-            if run_first is None:
-                report.errors.append(_empty_run_error([labels[n] for n in run]))
+            if run_first is None:  # the error says it all: no warning that the loader skips them
+                names = [labels[n] for n in run]
+                report.warnings = [w for w in report.warnings if w not in {_skipped_warning(n) for n in names}]
+                report.errors.append(_empty_run_error(names, options.loader_processes, len(files)))
             run_types = None
     if labelled and not report.rows and not report.errors:
         report.errors.append(f"no file in {path} holds a row")
@@ -352,13 +354,25 @@ def first_batch_lines(path: Path) -> int | None:
         return None  # reported by the scan
 
 
-def _empty_run_error(names: list[str | None]) -> str:
+def _skipped_warning(name: str | None) -> str:
+    return f"{name} is empty (0 bytes): LLaMA-Factory's loader skips it"
+
+
+def _empty_run_error(names: list[str | None], processes: int | None, files: int) -> str:
     """A process whose run of files is all 0 bytes has nothing to take types from, and stops the load."""
-    files = f"{names[0]} is" if len(names) == 1 else f"{', '.join(map(str, names))} are all"
-    alone = "loads in a process of its own" if len(names) == 1 else "make up the run of files one process loads"
+    if processes is None:  # not known: one process a file is one of the cases checked for
+        where = f"{names[0]} is empty (0 bytes): with preprocessing_num_workers {files} or more it loads in a process"
+        where += " of its own"
+    elif len(names) == 1:
+        where = f"{names[0]} is empty (0 bytes) and loads in a process of its own (preprocessing_num_workers)"
+    else:
+        where = (
+            f"{', '.join(map(str, names))} are all empty (0 bytes) and make up the run of files one process "
+            "loads (preprocessing_num_workers)"
+        )
     return (
-        f"{files} empty (0 bytes) and {alone} (preprocessing_num_workers), which then stops the load (datasets: "
-        "SchemaInferenceError: Please pass `features` or at least one example). Remove the empty files"
+        f"{where}, which then stops the load (datasets: SchemaInferenceError: Please pass `features` or at "
+        "least one example). Remove the empty files"
     )
 
 
@@ -371,7 +385,8 @@ def _run_late_rows(
     if len(run) == 1:
         batch_of = f"{label_of}, which loads in a process of its own (preprocessing_num_workers)"
     else:
-        batch_of = f"{label_of}, the first of the {len(run)} files one process loads (preprocessing_num_workers)"
+        which = "first" if first == run.start else "first not empty"
+        batch_of = f"{label_of}, the {which} of the {len(run)} files one process loads (preprocessing_num_workers)"
     late = run_types.late_rows(run_batch, batch_of, batch_file=first - run.start)
     return [((run.start + file, line), reason) for (file, line), reason in late]
 
@@ -450,7 +465,7 @@ def _check_file(
             own.json_lines = rules.types.json_lines
         size = path.stat().st_size
         if size == 0 and label is not None:
-            report.warnings.append(f"{path.name} is empty (0 bytes): LLaMA-Factory's loader skips it")
+            report.warnings.append(_skipped_warning(path.name))
             return 0
         with _ProgressBar(path, size, options.progress) as bar:
             if _parallel(path, size, options):
@@ -496,6 +511,9 @@ def _scan_rows(
                 tokens.add(text(value))
             if own is not None:
                 own.conflict(value, line, label)  # its clashes are the dataset's too, reported just above
+            continue
+        if label is not None and type(value) is ScanError and value.message == EMPTY_ARRAY:
+            report.warnings.append(f"{path.name} is an empty JSON array ([]): there are no rows")  # as a blank file
             continue
         bad_rows += 1
         if type(value) is ScanError and not value.is_row:

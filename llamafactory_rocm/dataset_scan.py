@@ -35,6 +35,9 @@ class ScanError:
     is_row: bool = False
 
 
+EMPTY_ARRAY = "the file is an empty JSON array ([]): there are no rows"
+
+
 @dataclass
 class ScanStats:
     """What the scan learnt about the file as a whole (filled in as it goes)."""
@@ -422,7 +425,7 @@ def _parse_array(buf: str, line: int, eof: bool, chunks: Iterator) -> Iterator[A
             line += buf.count("\n", pos, start)
             pos = start
             if expect == "first" and buf[pos] == "]":
-                yield line, ScanError("the file is an empty JSON array ([]): there are no rows")
+                yield line, ScanError(EMPTY_ARRAY)
                 yield from _after_array(buf, pos + 1, line, eof, chunks)
                 return
             try:

@@ -7,7 +7,7 @@ column one type (every field of an object column, and the elements of a list col
   ``JSON parse error: Column(/id) changed from number to string in row 1``. A JSON array goes
   through pandas instead and fails on the same rows. null fits any column, integers and decimals
   are both numbers, and objects may differ in which keys they have.
-- The first batch (the first 10 MB of the first file, to the end of its line) fixes the columns
+- The first batch (the first 10 MB of the first file that is not 0 bytes, to the end of its line) fixes the columns
   and their types for the rest, batch by batch and file by file. A column (or an object's key)
   that first appears after it stops the load (``Couldn't cast``), and so does a value in a column
   that was null all through it, elements in lists that were all empty in it, or a decimal such as
@@ -23,8 +23,9 @@ with the real loader and checks that this module agrees. Not modelled: a key twi
 A column whose strings are all dates in a batch (``2024-01-01``, ``2024-01-01T10:00:00+01:00``) is
 read as timestamps: after a first batch of only dates, the first string that is not one stops the
 load (``Failed to parse string: 'n/a' as a scalar of type timestamp[s]``). pandas, which reads a
-JSON array, converts only columns named like dates, by rules of its own: not modelled
-(``json_lines``). pandas also reads a top-level column of whole decimals (4.0, 5.0) as int64, where
+JSON array (``json_lines`` False), keeps dates as strings, which are cast to a first batch's
+timestamps if they have no zone; it converts columns named like dates by rules of its own: not
+modelled. pandas also reads a top-level column of whole decimals (4.0, 5.0) as int64, where
 pyarrow makes it double; inside lists and objects they stay doubles.
 
 Files that load in parallel (a folder, with ``preprocessing_num_workers``) load in runs of
@@ -220,10 +221,18 @@ class ColumnTypes:
             kind == "string"
             and (column is None or column.undated is None)
             and "undated" not in change
-            and not (self.json_lines and is_timestamp(value))
+            and not self._still_dated(column, value)
         ):
             change["undated"] = where  # the column is no longer all dates
         return None
+
+    def _still_dated(self, column: Column | None, value: str) -> bool:
+        """A string that keeps its column one of dates: any date in JSON lines; in a JSON array (a
+        string to pandas) only a date without a zone, and only in a column that earlier JSON lines
+        made dates, which it is cast to. A column that the array types is strings."""
+        if self.json_lines:
+            return is_timestamp(value) is not None
+        return column is not None and column.dated and _casts_to_timestamp(value, json_lines=False)
 
     # -- putting ranges and files together --------------------------------------------------------
 

@@ -548,6 +548,8 @@ EMPTY_FILE_CASES = {  # files in load order: extra columns of three rows, EMPTY 
     "the same, the files alike": [{}, {}, "EMPTY", {}],
     "a first file of 0 bytes": ["EMPTY", {"src": "web"}, {"src": "web"}],
     "blank lines start a later run (pyarrow: a batch of no columns)": [{}, {}, "BLANK", {}],
+    "an empty JSON array starts a later run (pandas: the same)": [{}, {}, "[]", {}],
+    "an empty JSON array later in a run": [{}, "[]", {}, {}],
 }
 
 
@@ -562,13 +564,15 @@ def test_the_loader_skips_a_file_of_0_bytes_and_the_next_one_fixes_the_types(tmp
     for path, extra in zip(load_order, files, strict=True):
         if extra == "BLANK":
             path.write_text("\n\n")
+        elif extra == "[]":
+            path.write_text("[]")
         elif extra != "EMPTY":
             path.write_bytes(jsonl([qa(i, **extra) for i in range(3)]))
     report = _validated_as_loaded(tmp_path, folder, load_order, processes)
-    empty = [path.name for path, extra in zip(load_order, files, strict=True) if extra == "EMPTY"]
-    assert [w for w in report.warnings if "is empty (0 bytes)" in w] == [
-        f"{name} is empty (0 bytes): LLaMA-Factory's loader skips it" for name in empty
-    ]
+    for path, extra in zip(load_order, files, strict=True):  # skipped (a warning), or alone and stopping the load
+        if extra == "EMPTY":
+            [said] = [line for line in report.warnings + report.errors if line.startswith(f"{path.name} is empty")]
+            assert (said in report.errors) == ("SchemaInferenceError" in said), said
 
 
 def test_a_file_of_0_bytes_that_loads_in_a_process_of_its_own_stops_the_load(tmp_path):
@@ -579,10 +583,11 @@ def test_a_file_of_0_bytes_that_loads_in_a_process_of_its_own_stops_the_load(tmp
     (folder / "b.jsonl").touch()
     assert not _loads_files([folder / "a.jsonl", folder / "b.jsonl"], tmp_path / "cache", num_proc=2)
     report = dataset_check.validate_entry("d", {"file_name": folder.name}, tmp_path)
+    assert report.warnings == []  # the error says it all
     assert report.errors == [
-        "b.jsonl is empty (0 bytes) and loads in a process of its own (preprocessing_num_workers), which then "
-        "stops the load (datasets: SchemaInferenceError: Please pass `features` or at least one example). "
-        "Remove the empty files"
+        "b.jsonl is empty (0 bytes): with preprocessing_num_workers 2 or more it loads in a process of its own, "
+        "which then stops the load (datasets: SchemaInferenceError: Please pass `features` or at least one "
+        "example). Remove the empty files"
     ]
 
 
@@ -622,11 +627,14 @@ ARRAY_DATE_CASES = {  # JSON lines of dates (timestamp[s]), then a JSON array of
 
 
 @pytest.mark.parametrize("processes", [1, 2])
+@pytest.mark.parametrize("news", [False, True], ids=["rows known", "rows with news"])
 @pytest.mark.parametrize("day", list(ARRAY_DATE_CASES.values()), ids=list(ARRAY_DATE_CASES))
-def test_a_json_arrays_dates_cast_to_timestamps_only_without_a_zone(tmp_path, day, processes):
+def test_a_json_arrays_dates_cast_to_timestamps_only_without_a_zone(tmp_path, day, news, processes):
+    """``news``: the array's rows also hold a whole decimal (int64 to pandas), so that each row is
+    walked column by column instead of passing as known."""
     folder, load_order = _folder_of_two(tmp_path, suffix=".json")
-    load_order[0].write_bytes(jsonl([qa(i, day=day) for i in range(3)]))
-    load_order[1].write_text(json.dumps([qa(i, day=day) for i in range(3)]))
+    load_order[0].write_bytes(jsonl([qa(i, day=day, n=1) for i in range(3)]))
+    load_order[1].write_text(json.dumps([qa(i, day=day, n=4.0 if news else 4) for i in range(3)]))
     _validated_as_loaded(tmp_path, folder, load_order, processes)
 
 
