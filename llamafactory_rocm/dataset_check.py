@@ -277,36 +277,14 @@ def _check_local(report: DatasetReport, path: Path, rules: RowRules, options: _S
     rules.types.one_batch = len(files) == 1 and first_batch is None
     labels = [file.name if labelled else None for file in files]
     good = 0
-    # Files loaded in parallel: each process's run of files has the types of the run's own first
-    # batch, kept only while the run is read (memory), and the runs' first batches must merge.
-    runs = {run.start: run for run in loader_runs(len(files), options.loader_processes)}
-    kinds: dict[int, dict] = {}  # the first-batch kinds of each run, by the number of the file they are from
-    run_late: list[tuple[Where, str]] = []
-    run, run_types, run_batch, run_first = range(0), None, None, None
+    runs = _LoaderRuns(labels, skipped, batch_file, first_batch, options.loader_processes)
     for number, (file, label) in enumerate(zip(files, labels, strict=True)):
-        if number in runs:
-            run, run_types, run_first = runs[number], ColumnTypes(), None
-        good += _check_file(report, file, rules, options, label, run_types)
-        if run_types is None:
-            continue
-        if run_first is None and number not in skipped:  # the file whose first batch fixes the run's types
-            run_first = number  # (the dataset's first batch is already counted: up to 10 MB not read again)
-            run_batch = first_batch if number == batch_file else first_batch_lines(file)
-            kinds[number] = run_types.first_batch_kinds(run_batch, number - run.start)
-        if number == run.stop - 1:
-            # The first run's late rows are the one process's (late_rows, below).
-            if run_first is not None and run_first != batch_file and (run_batch is not None or number > run_first):
-                run_late += _run_late_rows(run_types, run_batch, run, run_first, labels[run_first])
-            if run_first is None:  # the error says it all: no warning that the loader skips them
-                names = [labels[n] for n in run]
-                report.warnings = [w for w in report.warnings if w not in {_skipped_warning(n) for n in names}]
-                report.errors.append(_empty_run_error(names, options.loader_processes, len(files)))
-            run_types = None
+        good += _check_file(report, file, rules, options, label, runs.types_for(number))
+        runs.file_done(number, file, report)
     if labelled and not report.rows and not report.errors:
         report.errors.append(f"no file in {path} holds a row")
-    merges = _merge_rows(labels, kinds, batch_file)
     late = rules.types.late_rows(first_batch, batch_file=batch_file)
-    good -= _add_late_rows(report, rules.types, late, options.max_errors, merges + run_late)
+    good -= _add_late_rows(report, rules.types, late, options.max_errors, runs.merge_rows() + runs.late_rows)
     if rules.types.overflow is not None:
         where = rules.types.place(rules.types.overflow)
         report.warnings.append(
@@ -354,6 +332,64 @@ def first_batch_lines(path: Path) -> int | None:
         return None  # reported by the scan
 
 
+class _LoaderRuns:
+    """A folder's files as parallel processes load them: in runs (``loader_runs``), each with the
+    types of its own first batch, which fix the rest of the run, and the runs' first batches must
+    merge. Each run's types are kept only while it is read (memory)."""
+
+    def __init__(
+        self,
+        labels: list[str | None],
+        skipped: set[int],
+        batch_file: int,
+        first_batch: int | None,
+        processes: int | None,
+    ) -> None:
+        self.labels, self.skipped, self.processes = labels, skipped, processes
+        self.batch_file, self.first_batch = batch_file, first_batch  # the dataset's: its first run's
+        self.runs = {run.start: run for run in loader_runs(len(labels), processes)}
+        self.kinds: dict[int, dict] = {}  # each run's first-batch kinds, by the number of the file they are from
+        self.late_rows: list[tuple[Where, str]] = []  # where later runs stop their own load
+        self._run, self._types, self._first, self._batch = range(0), None, None, None
+
+    def types_for(self, number: int) -> ColumnTypes | None:
+        """Where to keep the types of file ``number``'s rows also apart (None: one process)."""
+        if number in self.runs:
+            self._run, self._types, self._first = self.runs[number], ColumnTypes(), None
+        return self._types
+
+    def file_done(self, number: int, file: Path, report: DatasetReport) -> None:
+        types, run = self._types, self._run
+        if types is None:
+            return
+        if self._first is None and number not in self.skipped:  # the file whose first batch fixes the run's
+            self._first = number  # (the dataset's first batch is already counted: up to 10 MB not read again)
+            self._batch = self.first_batch if number == self.batch_file else first_batch_lines(file)
+            self.kinds[number] = types.first_batch_kinds(self._batch, number - run.start)
+        if number < run.stop - 1:
+            return
+        first = self._first
+        # The first run's late rows are the one process's (ColumnTypes.late_rows of the whole dataset).
+        if first is not None and first != self.batch_file and (self._batch is not None or number > first):
+            self.late_rows += _run_late_rows(types, self._batch, run, first, self.labels[first])
+        if first is None:  # the error says it all: no warning that the loader skips them
+            names = [self.labels[n] for n in run]
+            report.warnings = [w for w in report.warnings if w not in {_skipped_warning(n) for n in names}]
+            report.errors.append(_empty_run_error(names, self.processes, len(self.labels)))
+        self._types = None
+
+    def merge_rows(self) -> list[tuple[Where, str]]:
+        """Where a later run's first batch types a column in a way the first run's cannot merge with."""
+        first, found = self.batch_file, []
+        for number, later in self.kinds.items():
+            if number == first:
+                continue
+            labels = str(self.labels[first]), str(self.labels[number])
+            for (_, line), reason in merge_conflicts(self.kinds[first], later, *labels):
+                found.append(((number, line), reason))
+        return found
+
+
 def _skipped_warning(name: str | None) -> str:
     return f"{name} is empty (0 bytes): LLaMA-Factory's loader skips it"
 
@@ -389,18 +425,6 @@ def _run_late_rows(
         batch_of = f"{label_of}, the {which} of the {len(run)} files one process loads (preprocessing_num_workers)"
     late = run_types.late_rows(run_batch, batch_of, batch_file=first - run.start)
     return [((run.start + file, line), reason) for (file, line), reason in late]
-
-
-def _merge_rows(labels: list[str | None], kinds: dict[int, dict], first: int) -> list[tuple[Where, str]]:
-    """Where a later run's first batch types a column in a way the first run's (from file ``first``)
-    cannot merge with."""
-    found = []
-    for number, later in kinds.items():
-        if number == first:
-            continue
-        for (_, line), reason in merge_conflicts(kinds[first], later, str(labels[first]), str(labels[number])):
-            found.append(((number, line), reason))
-    return found
 
 
 def _add_late_rows(
