@@ -7,11 +7,12 @@ column one type (every field of an object column, and the elements of a list col
   ``JSON parse error: Column(/id) changed from number to string in row 1``. A JSON array goes
   through pandas instead and fails on the same rows. null fits any column, integers and decimals
   are both numbers, and objects may differ in which keys they have.
-- The first batch (the first 10 MB of the first file that is not 0 bytes, to the end of its line) fixes the columns
-  and their types for the rest, batch by batch and file by file. A column (or an object's key)
-  that first appears after it stops the load (``Couldn't cast``), and so does a value in a column
-  that was null all through it, elements in lists that were all empty in it, or a decimal such as
-  2.5 in a column of whole numbers in it (``Float value 2.5 was truncated converting to int64``).
+- The first batch (the first 10 MB of the first file that is not 0 bytes, to the end of its line)
+  fixes the columns and their types for the rest, batch by batch and file by file. A column (or an
+  object's key) that first appears after it stops the load (``Couldn't cast``), and so does a value
+  in a column that was null all through it, elements in lists that were all empty in it, or a
+  decimal such as 2.5 in a column of whole numbers in it (``Float value 2.5 was truncated
+  converting to int64``).
 
 One type per column is asked of the whole dataset: that is what a batch needs, and what a folder
 needs when its files load in several processes (``preprocessing_num_workers``). Only a change that
