@@ -124,6 +124,7 @@ class ColumnTypes:
         self.overflow: Where | None = None  # the first row with a path past MAX_COLUMN_PATHS
         self._root = _Node()
         self._nodes: dict[Path, _Node] = {(): self._root}
+        self._dated: set[Path] = set()  # the paths of columns of dates so far
 
     def __repr__(self) -> str:
         return f"ColumnTypes({self.columns!r})"
@@ -168,13 +169,18 @@ class ColumnTypes:
                 parent.item = node
         node.dated = column.dated
         node.admits = () if node.dated else column.admits()
+        if node.dated:
+            self._dated.add(path)
+        else:
+            self._dated.discard(path)
 
     # -- one row at a time (the scan, and chunks the fast path learns from) ----------------------
 
     def conflict(self, row: dict[str, Any], line: int, file: str | None = None) -> str | None:
         """Record a row's types, or (recording nothing) say why the loader will stop at it."""
         try:
-            if _known(self._root, row, self.json_lines):
+            # A JSON array's strings (pandas) fit a column of dates by a rule of their own: walked.
+            if (self.json_lines or not self._dated) and _known(self._root, row):
                 return None  # the common case: no key, type or decimal that earlier rows did not have
         except RecursionError:
             pass  # nested deeper than Python recurses: the walk below has no such limit
@@ -233,7 +239,7 @@ class ColumnTypes:
         made dates, which it is cast to. A column that the array types is strings."""
         if self.json_lines:
             return is_timestamp(value) is not None
-        return column is not None and column.dated and _casts_to_timestamp(value, json_lines=False)
+        return column is not None and column.dated and _casts_to_timestamp(value)
 
     # -- putting ranges and files together --------------------------------------------------------
 
@@ -469,9 +475,9 @@ def _walk(row: dict[str, Any]) -> Iterator[tuple[Path, Any]]:
             stack.pop()
 
 
-def _known(node: _Node, obj: dict[str, Any], json_lines: bool = True) -> bool:
-    """Every key of ``obj``, and below, already seen, with the type it has here (or null).
-    ``json_lines``: False for a JSON array's row, whose strings pandas keeps as strings."""
+def _known(node: _Node, obj: dict[str, Any]) -> bool:
+    """Every key of ``obj``, and below, already seen, with the type it has here (or null); a row of
+    JSON lines (a date fits a column of dates as pyarrow reads it)."""
     keys = node.keys
     for key, value in obj.items():
         child = keys.get(key)
@@ -481,47 +487,46 @@ def _known(node: _Node, obj: dict[str, Any], json_lines: bool = True) -> bool:
             continue
         kind = type(value)
         if kind not in child.admits:
-            if kind is str and child.dated and _casts_to_timestamp(value, json_lines):
+            if kind is str and child.dated and is_timestamp(value):
                 continue
             return False
         if kind is int and not INT64_MIN <= value <= INT64_MAX and float not in child.admits:
             return False  # news: a double, as a fraction is
         if kind is dict:
-            if not _known(child, value, json_lines):
+            if not _known(child, value):
                 return False
         elif kind is list and value:
             item = child.item
             if item is None:
                 return False
             for element in value:
-                if not _known_value(item, element, json_lines):
+                if not _known_value(item, element):
                     return False
     return True
 
 
-def _known_value(node: _Node, value: Any, json_lines: bool = True) -> bool:
+def _known_value(node: _Node, value: Any) -> bool:
     """As ``_known``, for one element of a list."""
     if value is None:
         return True
     kind = type(value)
     if kind not in node.admits:
-        return kind is str and node.dated and _casts_to_timestamp(value, json_lines)
+        return kind is str and node.dated and is_timestamp(value) is not None
     if kind is int and not INT64_MIN <= value <= INT64_MAX and float not in node.admits:
         return False
     if kind is dict:
-        return _known(node, value, json_lines)
+        return _known(node, value)
     if kind is list and value:
-        return node.item is not None and all(_known_value(node.item, item, json_lines) for item in value)
+        return node.item is not None and all(_known_value(node.item, item) for item in value)
     return True
 
 
-def _casts_to_timestamp(value: str, json_lines: bool) -> bool:
-    """A date that fits a column of timestamps: any in JSON lines (pyarrow reads a zone and drops
-    it); in a JSON array (a string to pandas, cast afterwards) only one without a zone: the cast
-    stops at ``2024-01-01T10:00:00Z`` (expected no zone offset)."""
+def _casts_to_timestamp(value: str) -> bool:
+    """A JSON array's string (pandas keeps it one) that casts to a column of timestamps: a date
+    without a zone; the cast stops at ``2024-01-01T10:00:00Z`` (expected no zone offset)."""
     if is_timestamp(value) is None:
         return False
-    return json_lines or not (value.endswith("Z") or "+" in value[10:] or "-" in value[10:])
+    return not (value.endswith("Z") or "+" in value[10:] or "-" in value[10:])
 
 
 def fits_int64(number: float) -> bool:
