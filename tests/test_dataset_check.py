@@ -756,6 +756,8 @@ def test_cli_validate_takes_the_configs_processes(tmp_path, capsys):
     assert cli("validate", "parts", "--dataset-dir", str(data), "--preprocessing-num-workers", "1") == EXIT_OK
     assert cli("validate", "parts", "--dataset-dir", str(data), "--preprocessing-num-workers", "2") == EXIT_FINDINGS
     assert "the first of the 2 files one process loads" in capsys.readouterr().out
+    cli("validate", "parts", "--dataset-dir", str(data))  # processes not known: says what was checked
+    assert "note: its 4 files were checked as 1 process and as 4 processes load them" in capsys.readouterr().out
 
 
 def test_a_broken_bundled_dataset_is_flagged_after_the_switch(tmp_path, bundled):

@@ -129,7 +129,16 @@ def run_validate(args: argparse.Namespace) -> int:
         print(json.dumps(report.as_json(), indent=2))
     else:
         print(report_text(report, args.max_errors))
+        if len(report.files) > 2 and args.preprocessing_num_workers is None:
+            print(_RUNS_NOTE.format(files=len(report.files)))
     return EXIT_OK if report.ok else EXIT_FINDINGS
+
+
+# A folder of more than two files loads in runs that depend on the config's processes.
+_RUNS_NOTE = (
+    "  note: its {files} files were checked as 1 process and as {files} processes load them; give "
+    "--preprocessing-num-workers N (the config's) to check the runs of files your config loads"
+)
 
 
 def report_text(report: DatasetReport, max_errors: int = DEFAULT_MAX_ERRORS) -> str:
