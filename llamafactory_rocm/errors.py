@@ -7,6 +7,8 @@ EXIT_OK = 0
 EXIT_FINDINGS = 1  # an error finding: the config would fail or waste the GPU (or doctor: a fail)
 EXIT_USAGE = 2  # bad input: missing file, unreadable YAML, unknown name, refused overwrite
 EXIT_DIVERGED = 3  # the training guard stopped a run at a non-finite loss or grad norm
+EXIT_INTERNAL = 4  # an error inside llamafactory-rocm itself, before the hand-over: a bug (one line)
+DEBUG_ENV = "LLAMAFACTORY_ROCM_DEBUG"  # set to 1: such an error shows its traceback
 
 
 class UsageError(Exception):

@@ -31,8 +31,13 @@ def prepare_training(
     return check_config(config, config_path=config_path, gpu=gpu, arch=arch, plan_without_gpu=False)
 
 
+HANDED_OVER = False  # True once LLaMA-Factory runs: its errors are its own, shown as it shows them
+
+
 def hand_over(resolved_yaml: Path) -> int:
     """Run LLaMA-Factory's launcher on ``resolved_yaml`` in this process; return its exit code."""
+    global HANDED_OVER
+    HANDED_OVER = True
     _startup.install(force=True)  # guard + torchaudio fallback even with LLAMAFACTORY_ROCM=0
     with _startup.text_only_llamafactory():
         from llamafactory import launcher

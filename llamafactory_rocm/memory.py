@@ -111,8 +111,17 @@ def model_config_for(name_or_path: str) -> dict[str, Any] | None:
     """A local folder's config.json, else a shipped config for a known hub id, else None."""
     local = Path(name_or_path) / "config.json"
     if local.is_file():
-        return json.loads(local.read_text("utf-8"))
+        try:
+            found = json.loads(local.read_text("utf-8"))
+        except (OSError, ValueError, RecursionError):  # unreadable: no estimate (transformers will say why)
+            return None
+        return found if isinstance(found, dict) else None
     return shipped_models().get(name_or_path.lower())
+
+
+# What reading shapes from a config or a model's config.json raises when a value is not a number (cutoff_len:
+# abc), a key is missing or a count is zero: no estimate then; LLaMA-Factory's own parser says what is wrong.
+UNESTIMABLE = (ValueError, TypeError, KeyError, OverflowError, ZeroDivisionError)
 
 
 @dataclass(frozen=True)
@@ -239,8 +248,12 @@ def estimate_config(config: Mapping[str, Any], world_size: int = 1) -> Estimate 
     model_cfg = model_config_for(str(config.get("model_name_or_path", "")))
     if model_cfg is None:
         return None
-    shape, parameters = shape_and_count(model_cfg)
-    return estimate(shape, parameters, TrainingShape.from_config(config, world_size))
+    try:
+        shape, parameters = shape_and_count(model_cfg)
+        train = TrainingShape.from_config(config, world_size)
+    except UNESTIMABLE:
+        return None
+    return estimate(shape, parameters, train)
 
 
 def largest_fitting_batch(

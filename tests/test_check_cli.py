@@ -120,3 +120,39 @@ def test_json_output_shape(workdir):
 
 def test_a_stray_flag_is_a_usage_error(workdir):
     assert_one_line_usage_error(check(["good.yaml", "--gpus", "8"], workdir), "unrecognized arguments")
+
+
+def test_a_file_that_cannot_be_read_is_one_line_with_exit_2(workdir):
+    long_name = "x" * 300 + ".yaml"  # past any file system's name limit: the OS refuses it
+    assert_one_line_usage_error(check([long_name], workdir), "cannot use", "File name too long")
+
+
+def test_an_error_of_our_own_is_one_line_with_exit_4_and_the_traceback_on_request(workdir, monkeypatch, capsys):
+    from llamafactory_rocm.cli import check_cmd, main
+    from llamafactory_rocm.errors import DEBUG_ENV, EXIT_INTERNAL
+
+    def broken(args: object) -> int:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(check_cmd, "run", broken)
+    monkeypatch.delenv(DEBUG_ENV, raising=False)
+    assert main.main(["check", str(workdir / "good.yaml")]) == EXIT_INTERNAL
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("llamafactory-rocm check: unexpected RuntimeError: a bug. This is a bug")
+    monkeypatch.setenv(DEBUG_ENV, "1")
+    with pytest.raises(RuntimeError, match="a bug"):
+        main.main(["check", str(workdir / "good.yaml")])
+
+
+def test_once_llamafactory_runs_its_errors_are_shown_as_it_shows_them(workdir, monkeypatch):
+    from llamafactory_rocm import launch
+    from llamafactory_rocm.cli import check_cmd, main
+
+    def trainer_fails(args: object) -> int:
+        launch.HANDED_OVER = True  # as hand_over sets it before LLaMA-Factory's launcher runs
+        raise OSError("disk full while saving a checkpoint")
+
+    monkeypatch.setattr(check_cmd, "run", trainer_fails)
+    monkeypatch.setattr(launch, "HANDED_OVER", False)
+    with pytest.raises(OSError, match="disk full"):
+        main.main(["check", str(workdir / "good.yaml")])

@@ -106,3 +106,21 @@ def test_when_no_batch_fits_it_points_at_qlora():
 
 def test_unknown_model_gives_no_estimate():
     assert estimate_config({"model_name_or_path": "someone/unknown-model"}) is None
+
+
+NOT_NUMBERS = [("cutoff_len", "abc"), ("lora_rank", [8]), ("per_device_train_batch_size", 1e400)]
+
+
+@pytest.mark.parametrize("key, value", NOT_NUMBERS)
+def test_a_value_that_is_not_a_number_gives_no_estimate_and_no_crash(key, value):
+    """LLaMA-Factory's own parser refuses it, naming the key; the check neither guesses nor crashes."""
+    cfg = load("rx7900xtx_llama3_lora", overrides={key: value})
+    assert estimate_config(cfg) is None
+    codes = [f.code for f in check_config(cfg, gpu="rx7900xtx").findings]
+    assert not [code for code in codes if code.startswith("MEMORY_")]
+
+
+@pytest.mark.parametrize("text", ["{not json", "[1, 2]", '{"hidden_size": 8}', '{"num_attention_heads": 0}'])
+def test_a_broken_config_json_in_the_model_folder_gives_no_estimate(tmp_path, text):
+    (tmp_path / "config.json").write_text(text)
+    assert estimate_config({"model_name_or_path": str(tmp_path)}) is None

@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from ..errors import EXIT_USAGE, UsageError
+from ..errors import DEBUG_ENV, EXIT_INTERNAL, EXIT_USAGE, UsageError
 from . import check_cmd, datasets_cmd, demo_cmd, doctor_cmd, presets_cmd, train_cmd
 
 SUBCOMMANDS = (check_cmd, train_cmd, presets_cmd, datasets_cmd, doctor_cmd, demo_cmd)
@@ -55,6 +55,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `... | head` closed the output: stop quietly, as a shell tool does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error when Python flushes at exit
         return 141
+    except OSError as err:  # a file that cannot be read or written: the user's to fix
+        if _handed_over() or os.environ.get(DEBUG_ENV) == "1":
+            raise
+        print(f"llamafactory-rocm {args.command}: {_os_error(err)}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as err:  # ours, before the hand-over: one line, never a traceback
+        if _handed_over() or os.environ.get(DEBUG_ENV) == "1":
+            raise
+        print(
+            f"llamafactory-rocm {args.command}: unexpected {type(err).__name__}: {err}. This is a bug in "
+            f"llamafactory-rocm: please report it ({DEBUG_ENV}=1 shows the traceback).",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL
+
+
+def _handed_over() -> bool:
+    launch = sys.modules.get("llamafactory_rocm.launch")
+    return bool(launch is not None and launch.HANDED_OVER)
+
+
+def _os_error(err: OSError) -> str:
+    """``cannot use PATH: Permission denied``, or the error as it reads."""
+    if err.filename is None:
+        return f"{err.strerror or err}"
+    return f"cannot use {err.filename}: {err.strerror or err}. Check the path and its permissions"
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..findings import Finding, Level
-from ..memory import TrainingShape, estimate, largest_fitting_batch, shape_and_count
+from ..memory import UNESTIMABLE, TrainingShape, estimate, largest_fitting_batch, shape_and_count
 from .base import Context, Step, truthy, unchanged
 
 BUDGET = 0.9
@@ -21,8 +21,11 @@ def memory_fit(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) 
     if ctx.model_config is None or not ctx.snapshot.devices or ctx.snapshot.torch.kind == "cpu":
         return unchanged(config, env)
     world = _world_size(ctx, env)
-    shape, parameters = shape_and_count(ctx.model_config)
-    est = estimate(shape, parameters, TrainingShape.from_config(config, world))
+    try:
+        shape, parameters = shape_and_count(ctx.model_config)
+        est = estimate(shape, parameters, TrainingShape.from_config(config, world))
+    except UNESTIMABLE:  # a value that is not a number: LLaMA-Factory's parser refuses it, with the key
+        return unchanged(config, env)
     device_gib = min(d.total_memory_gib for d in ctx.snapshot.devices)
     budget = BUDGET * device_gib
     breakdown = (
