@@ -34,9 +34,12 @@ def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -
     try:
         merged = OmegaConf.merge(loaded, OmegaConf.from_cli(list(overrides)))
         data = OmegaConf.to_container(merged, resolve=True)
-    except (OmegaConfBaseException, ValueError, TypeError) as exc:
+    except (OmegaConfBaseException, ValueError, TypeError, yaml.YAMLError) as exc:  # `a=[1,2`: YAML
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UsageError(f"cannot apply overrides to {path}: {first}.") from None
+    bad_keys = [key for key in data if not isinstance(key, str)]  # type: ignore[union-attr]
+    if bad_keys:
+        raise UsageError(f"config {path} has a key that is not a name: {bad_keys[0]!r}. Keys are LLaMA-Factory's.")
     return data  # type: ignore[return-value]
 
 

@@ -148,6 +148,8 @@ def load_dataset_info(dataset_dir: Path) -> dict[str, Any] | None:
         info = json.loads(text)
     except json.JSONDecodeError as err:
         raise UsageError(f"{path} is not valid JSON: {err.msg} at line {err.lineno}. Fix it first.") from None
+    except (ValueError, RecursionError) as err:  # nested past Python's limit, or an integer of 4,300+ digits
+        raise UsageError(f"{path} cannot be read as JSON here ({type(err).__name__}: {err}). Fix it first.") from None
     if not isinstance(info, dict):
         raise UsageError(f"{path} must hold a JSON object of dataset names, not a list or value.")
     return info
@@ -187,14 +189,14 @@ def validate_dataset(
         max_errors=max_errors,
         tokens=_token_counter(tokenizer),
         progress=progress,
-        jobs=jobs or default_jobs(),
+        jobs=min(jobs, os.cpu_count() or 1) if jobs else default_jobs(),  # no more workers than cores
         fast=fast,
         loader_processes=loader_processes,
     )
     if _is_file_argument(name_or_file):
         path = Path(name_or_file)
         if not path.is_file():
-            raise UsageError(f"{path} not found.")
+            raise UsageError(f"{path} {'is not a regular file' if path.exists() else 'not found'}.")
         entry = {"file_name": str(path.resolve()), "formatting": formatting or "alpaca"}
         return validate_entry(None, entry, path.parent, options=options)
     folder = Path(dataset_dir) if dataset_dir is not None else datasets_dir()
@@ -257,6 +259,9 @@ def _check_local(report: DatasetReport, path: Path, rules: RowRules, options: _S
         labelled = True
     elif path.is_file():
         files, labelled = [path], False
+    elif path.exists():  # a FIFO or a device: reading it could block for ever
+        report.errors.append(f"{path} is not a regular file (a pipe or a device?): give the data as a file")
+        return
     else:
         report.errors.append(f"file not found: {path} (file_name is taken relative to dataset_dir)")
         return
@@ -475,6 +480,9 @@ def _check_file(
             f"{path.name} is a folder: LLaMA-Factory hands every entry of the dataset folder to datasets as a file "
             "and stops (File types should be identical). Move it out of the dataset folder"
         )
+        return 0
+    if path.exists() and not path.is_file():  # a FIFO or a device: reading it could block for ever
+        report.errors.append(f"{path.name} is not a regular file (a pipe or a device?): give the data as a file")
         return 0
     suffix = path.suffix.lower()
     if suffix not in LOADABLE_SUFFIXES:

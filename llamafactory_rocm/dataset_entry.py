@@ -77,10 +77,10 @@ def resolve_mapping(entry: Mapping[str, Any], formatting: str | None = None) -> 
     tags_block = entry.get("tags")
     columns = dict(COLUMN_DEFAULTS)
     if isinstance(columns_block, dict):  # with a block, an unset column is None (set_attr's default)
-        columns = {key: columns_block.get(key) for key in COLUMN_DEFAULTS}
+        columns = {key: _name(columns_block.get(key)) for key in COLUMN_DEFAULTS}
     tags = dict(TAG_DEFAULTS)
     if isinstance(tags_block, dict):
-        tags = {key: tags_block.get(key) for key in TAG_DEFAULTS}
+        tags = {key: _name(tags_block.get(key)) for key in TAG_DEFAULTS}
     fmt = formatting or entry.get("formatting") or "alpaca"
     return RowMapping(formatting=str(fmt), ranking=entry.get("ranking") is True, columns=columns, tags=tags)
 
@@ -181,6 +181,11 @@ def _column_problems(entry: dict[str, Any], formatting: str) -> tuple[list[str],
                 f"tags no default (the defaults are {', '.join(f'{t}={TAG_DEFAULTS[t]!r}' for t in unset)})"
             )
     return errors, warnings
+
+
+def _name(value: Any) -> str | None:
+    """A column or tag name; a value of another type (an entry error of its own) counts as unset."""
+    return value if isinstance(value, str) else None
 
 
 def _block_problems(entry: dict[str, Any], block: str, known: frozenset[str]) -> list[str]:

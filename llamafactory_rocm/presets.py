@@ -9,6 +9,7 @@ from llamafactory.train.tuner import run_exp; run_exp(args=cfg)
 from __future__ import annotations
 
 import difflib
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,7 +126,7 @@ def copy(name: str, dest: str | Path, force: bool = False) -> list[Path]:
     if not target.parent.is_dir():
         raise UsageError(f"folder {target.parent} does not exist; create it first (mkdir -p {target.parent}).")
     plan = [(path(name), target)] + [(presets_dir() / c, target.parent / c) for c in preset.companions]
-    clobbered = [str(dst) for _, dst in plan if dst.exists()]
+    clobbered = [str(dst) for _, dst in plan if os.path.lexists(dst)]  # a link too, even a dangling one
     if clobbered and not force:
         raise UsageError(f"{', '.join(clobbered)} already exists; pass --force to overwrite it.")
     written = []

@@ -137,10 +137,15 @@ class Snapshot(BaseModel):
         """Real GPU targets from KFD sysfs (CPU nodes report 0 and are left out)."""
         return [t for t in (n.target for n in self.kfd_nodes) if t]
 
-    def save(self, path: str | Path) -> None:
+    def save(self, path: str | Path, *, overwrite: bool = True) -> None:
+        """``overwrite=False``: UsageError where ``path`` exists (the user's file is never replaced)."""
+        from .errors import UsageError
         from .fsutil import atomic_write_text
 
-        atomic_write_text(Path(path), self.model_dump_json(indent=2) + "\n")
+        try:
+            atomic_write_text(Path(path), self.model_dump_json(indent=2) + "\n", overwrite=overwrite)
+        except FileExistsError:
+            raise UsageError(f"{path} exists: give --save-snapshot a new file name (nothing was written).") from None
 
     @classmethod
     def load(cls, path: str | Path) -> Snapshot:

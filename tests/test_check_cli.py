@@ -156,3 +156,17 @@ def test_once_llamafactory_runs_its_errors_are_shown_as_it_shows_them(workdir, m
     monkeypatch.setattr(launch, "HANDED_OVER", False)
     with pytest.raises(OSError, match="disk full"):
         main.main(["check", str(workdir / "good.yaml")])
+
+
+def test_an_override_that_is_not_yaml_is_one_line(workdir):
+    assert_one_line_usage_error(check(["good.yaml", "a=[1,2"], workdir), "cannot apply overrides")
+
+
+def test_a_key_that_is_not_a_name_is_one_line(workdir):
+    (workdir / "numkey.yaml").write_text("stage: sft\n1: a\n")
+    assert_one_line_usage_error(check(["numkey.yaml"], workdir), "a key that is not a name: 1")
+
+
+def test_a_snapshot_that_is_a_pipe_is_refused_without_reading_it(workdir):
+    os.mkfifo(workdir / "snap.json")
+    assert_one_line_usage_error(check(["good.yaml", "--snapshot", "snap.json"], workdir), "not a regular file")

@@ -931,3 +931,26 @@ def test_output_closed_early_stops_quietly(tmp_path):
         stderr = run.stderr.read().decode()
     assert run.returncode == 141, stderr
     assert "Traceback" not in stderr
+
+
+@pytest.mark.parametrize("block", [{"columns": {"prompt": []}}, {"formatting": "sharegpt", "tags": {"role_tag": []}}])
+def test_a_column_name_that_is_not_a_string_is_an_entry_error_not_a_crash(tmp_path, block):
+    folder = make_dir(tmp_path / "data", {"d": {"file_name": "d.jsonl", **block}}, {"d.jsonl": (ALPACA, "jsonl")})
+    report = validate_dataset("d", folder)
+    assert not report.ok and any("must be a string (the name in the data), not" in e for e in report.errors)
+
+
+def test_a_folder_entry_that_is_a_pipe_is_an_error_not_a_hang(tmp_path):
+    folder = tmp_path / "data"
+    (folder / "parts").mkdir(parents=True)
+    write_rows(folder / "parts" / "a.jsonl", ALPACA, "jsonl")
+    os.mkfifo(folder / "parts" / "b.jsonl")
+    (folder / "dataset_info.json").write_text(json.dumps({"p": {"file_name": "parts"}}))
+    report = validate_dataset("p", folder)
+    assert "b.jsonl is not a regular file (a pipe or a device?): give the data as a file" in report.errors
+
+
+def test_dataset_info_nested_past_pythons_limit_is_bad_input(tmp_path):
+    (tmp_path / "dataset_info.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(UsageError, match="cannot be read as JSON here"):
+        validate_dataset("d", tmp_path)

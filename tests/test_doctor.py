@@ -81,3 +81,17 @@ def test_doctor_runs_on_this_machine(tmp_path):
     )  # fmt: skip
     assert result.returncode in (0, 1) and "Traceback" not in result.stderr
     assert "doctor (probe)" in result.stdout and out.is_file()
+
+
+def test_save_snapshot_never_replaces_a_file(tmp_path):
+    out = tmp_path / "mine.json"
+    out.write_text("my notes")
+    snapshot = str(SNAPSHOTS / "mi300x.json")
+    command = ["doctor", "--snapshot", snapshot, "--save-snapshot", str(out)]
+    result = subprocess.run(
+        [sys.executable, "-m", "llamafactory_rocm.cli.main", *command],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 2 and out.read_text() == "my notes"
+    said = f"{out} exists: give --save-snapshot a new file name (nothing was written)."
+    assert result.stderr.strip() == f"llamafactory-rocm doctor: {said}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from ..config_io import load_config
 from ..errors import EXIT_FINDINGS, EXIT_OK
@@ -41,6 +42,8 @@ def load_snapshot(path: str) -> Snapshot:
 
     from ..errors import UsageError
 
+    if Path(path).exists() and not Path(path).is_file():  # a folder, or a FIFO that would block the read
+        raise UsageError(f"snapshot {path} is not a regular file: give the JSON file `doctor --save-snapshot` wrote.")
     try:
         return Snapshot.load(path)
     except FileNotFoundError:

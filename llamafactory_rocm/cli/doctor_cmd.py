@@ -23,7 +23,7 @@ def run(args: argparse.Namespace) -> int:
 
     snap = load_snapshot(args.snapshot) if args.snapshot else take_snapshot()
     if args.save_snapshot:
-        snap.save(args.save_snapshot)
+        snap.save(args.save_snapshot, overwrite=False)
     lines = diagnose(snap)
     if args.json:
         print(json.dumps({"ok": not has_fail(lines), "lines": [ln.as_dict() for ln in lines],
