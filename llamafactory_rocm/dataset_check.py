@@ -175,7 +175,8 @@ def validate_dataset(
     loader_processes: int | None = None,
 ) -> DatasetReport:
     """Check a dataset named in ``dataset_dir/dataset_info.json`` (default: the bundled folder), or a
-    .json/.jsonl file directly (alpaca columns unless ``formatting`` says otherwise).
+    .json/.jsonl file or a folder of them (``./parts``) directly (alpaca columns unless ``formatting``
+    says otherwise).
 
     ``jobs`` > 1 (0: one per core) scans a big JSON-lines file in forked worker processes: for a
     command-line process, not for one that may hold threads, such as a training process.
@@ -193,6 +194,10 @@ def validate_dataset(
         fast=fast,
         loader_processes=loader_processes,
     )
+    if _is_folder_argument(name_or_file):  # a folder of files, as a file_name may name one
+        path = Path(name_or_file).resolve()
+        entry = {"file_name": str(path), "formatting": formatting or "alpaca"}
+        return validate_entry(None, entry, path.parent, options=options)
     if _is_file_argument(name_or_file):
         path = Path(name_or_file)
         if not path.is_file():
@@ -634,6 +639,12 @@ def _scan_rows_parallel(
     for column in [c for c in rules.unseen if c not in unseen]:
         del rules.unseen[column]
     return good
+
+
+def _is_folder_argument(name_or_file: str | Path) -> bool:
+    """A folder written as a path (``./parts``, ``data/parts``), not a bare name that could be a dataset's."""
+    text = str(name_or_file)
+    return Path(text).is_dir() and (isinstance(name_or_file, Path) or os.sep in text or text.startswith("."))
 
 
 def _is_file_argument(name_or_file: str | Path) -> bool:

@@ -954,3 +954,15 @@ def test_dataset_info_nested_past_pythons_limit_is_bad_input(tmp_path):
     (tmp_path / "dataset_info.json").write_text("[" * 100_000 + "]" * 100_000)
     with pytest.raises(UsageError, match="cannot be read as JSON here"):
         validate_dataset("d", tmp_path)
+
+
+def test_a_folder_given_as_a_path_is_checked_as_llamafactory_loads_it(tmp_path, monkeypatch, capsys):
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    write_rows(parts / "a.jsonl", ALPACA, "jsonl")
+    write_rows(parts / "b.jsonl", [*ALPACA[:1], {"instruction": "x", "input": "", "output": ""}], "jsonl")
+    monkeypatch.chdir(tmp_path)
+    report = validate_dataset("./parts")
+    assert report.rows == 6 and [(b.file, b.line) for b in report.bad_rows] == [("b.jsonl", 2)]
+    assert cli("validate", "./parts") == EXIT_FINDINGS
+    assert "b.jsonl:2: empty response" in capsys.readouterr().out

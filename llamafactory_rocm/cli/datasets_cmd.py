@@ -30,7 +30,9 @@ def register(subs: argparse._SubParsersAction) -> None:
     ls.set_defaults(run=run_list)
 
     val = actions.add_parser("validate", help="check every row: exit 0 clean, 1 defects, 2 bad input")
-    val.add_argument("dataset", metavar="NAME_OR_FILE", help="a name in dataset_info.json, or a .json/.jsonl file")
+    val.add_argument(
+        "dataset", metavar="NAME_OR_FILE", help="a name in dataset_info.json, a .json/.jsonl file or a folder (./parts)"
+    )
     val.add_argument("--dataset-dir", help="folder with dataset_info.json (default: the bundled datasets)")
     val.add_argument("--formatting", choices=FORMATTINGS, help="read the rows as this formatting")
     val.add_argument("--tokenizer", metavar="PATH", help="local tokenizer folder: also print token-length percentiles")
