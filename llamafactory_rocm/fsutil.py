@@ -20,7 +20,10 @@ def atomic_write_text(path: Path, text: str, *, overwrite: bool = True) -> Path:
     if not overwrite and os.path.lexists(path):
         raise FileExistsError(str(path))
     if overwrite and path.is_symlink():
-        path = path.resolve()  # the link stays; the file it points to gets the text
+        try:
+            path = path.resolve()  # the link stays; the file it points to gets the text
+        except RuntimeError:  # a loop of links (Python 3.11 raises this, later ones OSError)
+            raise OSError(errno.ELOOP, "the symbolic links form a loop", str(path)) from None
     mode = _mode_for(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:

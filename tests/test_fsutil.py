@@ -56,3 +56,11 @@ def test_without_overwrite_even_a_dangling_link_is_left_alone(tmp_path):
     with pytest.raises(FileExistsError):
         atomic_write_text(link, "x", overwrite=False)
     assert link.is_symlink() and not (tmp_path / "nowhere.yaml").exists()
+
+
+def test_a_loop_of_links_is_an_os_error_and_nothing_is_written(tmp_path):
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    with pytest.raises(OSError):
+        atomic_write_text(tmp_path / "a", "x")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]
