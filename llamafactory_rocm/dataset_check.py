@@ -265,7 +265,7 @@ def _check_local(report: DatasetReport, path: Path, rules: RowRules, options: _S
     elif path.is_file():
         files, labelled = [path], False
     elif path.exists():  # a FIFO or a device: reading it could block for ever
-        report.errors.append(f"{path} is not a regular file (a pipe or a device?): give the data as a file")
+        report.errors.append(_not_a_regular_file(path))
         return
     else:
         report.errors.append(f"file not found: {path} (file_name is taken relative to dataset_dir)")
@@ -307,6 +307,10 @@ def _check_local(report: DatasetReport, path: Path, rules: RowRules, options: _S
             report.errors.append(missing_column_error(column, key))
     if options.tokens is not None:
         report.tokens = options.tokens.percentiles()
+
+
+def _not_a_regular_file(name: str | Path) -> str:
+    return f"{name} is not a regular file (a pipe or a device?): give the data as a file"
 
 
 def _size(path: Path) -> int:
@@ -487,7 +491,7 @@ def _check_file(
         )
         return 0
     if path.exists() and not path.is_file():  # a FIFO or a device: reading it could block for ever
-        report.errors.append(f"{path.name} is not a regular file (a pipe or a device?): give the data as a file")
+        report.errors.append(_not_a_regular_file(path.name))
         return 0
     suffix = path.suffix.lower()
     if suffix not in LOADABLE_SUFFIXES:

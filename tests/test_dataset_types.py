@@ -533,11 +533,7 @@ def test_with_the_configs_processes_validation_fails_exactly_the_folders_the_loa
 ):
     """preprocessing_num_workers known (check and train read it from the config): each process's run
     of files is fixed by its own first batch, and the runs must merge."""
-    folder = tmp_path / "data"
-    folder.mkdir()
-    for number in range(len(columns)):
-        (folder / f"part{number}.jsonl").touch()
-    load_order = [folder / name for name in os.listdir(folder)]
+    folder, load_order = _folder_in_load_order(tmp_path, [f"part{n}.jsonl" for n in range(len(columns))])
     for path, extra in zip(load_order, columns, strict=True):
         path.write_bytes(jsonl([qa(i, **extra) for i in range(3)]))
     _validated_as_loaded(tmp_path, folder, load_order, processes)
@@ -556,11 +552,7 @@ EMPTY_FILE_CASES = {  # files in load order: extra columns of three rows, EMPTY 
 @pytest.mark.parametrize("processes", [1, 2, 4])
 @pytest.mark.parametrize("files", list(EMPTY_FILE_CASES.values()), ids=list(EMPTY_FILE_CASES))
 def test_the_loader_skips_a_file_of_0_bytes_and_the_next_one_fixes_the_types(tmp_path, files, processes):
-    folder = tmp_path / "data"
-    folder.mkdir()
-    for number in range(len(files)):
-        (folder / f"part{number}.jsonl").touch()
-    load_order = [folder / name for name in os.listdir(folder)]
+    folder, load_order = _folder_in_load_order(tmp_path, [f"part{n}.jsonl" for n in range(len(files))])
     for path, extra in zip(load_order, files, strict=True):
         if extra == "BLANK":
             path.write_text("\n\n")
@@ -652,9 +644,15 @@ def _validated_as_loaded(
 
 def _folder_of_two(tmp_path: Path, suffix: str = ".jsonl") -> tuple[Path, list[Path]]:
     """A folder with a.jsonl and b.jsonl (or another suffix), and its files in the order os.listdir gives them."""
+    return _folder_in_load_order(tmp_path, [f"a{suffix}", f"b{suffix}"])
+
+
+def _folder_in_load_order(tmp_path: Path, names: list[str]) -> tuple[Path, list[Path]]:
+    """A folder of empty files of these names, and its files in the order os.listdir (and so
+    LLaMA-Factory) gives them: the caller writes each file's content by its place in that order."""
     folder = tmp_path / "data"
     folder.mkdir()
-    for name in (f"a{suffix}", f"b{suffix}"):
+    for name in names:
         (folder / name).touch()
     return folder, [folder / name for name in os.listdir(folder)]
 

@@ -56,12 +56,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error when Python flushes at exit
         return 141
     except OSError as err:  # a file that cannot be read or written: the user's to fix
-        if _handed_over() or os.environ.get(DEBUG_ENV) == "1":
+        if _shown_as_raised():
             raise
         print(f"llamafactory-rocm {args.command}: {_os_error(err)}", file=sys.stderr)
         return EXIT_USAGE
     except Exception as err:  # ours, before the hand-over: one line, never a traceback
-        if _handed_over() or os.environ.get(DEBUG_ENV) == "1":
+        if _shown_as_raised():
             raise
         print(
             f"llamafactory-rocm {args.command}: unexpected {type(err).__name__}: {err}. This is a bug in "
@@ -71,9 +71,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERNAL
 
 
-def _handed_over() -> bool:
+def _shown_as_raised() -> bool:
+    """LLaMA-Factory's own errors once it runs, and every error when debugging, keep their traceback."""
     launch = sys.modules.get("llamafactory_rocm.launch")
-    return bool(launch is not None and launch.HANDED_OVER)
+    return bool(launch is not None and launch.HANDED_OVER) or os.environ.get(DEBUG_ENV) == "1"
 
 
 def _os_error(err: OSError) -> str:
