@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .catalogue import Catalogue, base_arch, load_catalogue
-from .dataset_check import config_dataset_findings
+from .dataset import config_dataset_findings
 from .errors import UsageError
 from .findings import Finding, Level
 from .lf_keys import train_keys
