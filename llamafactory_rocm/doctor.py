@@ -16,7 +16,7 @@ from .rules.kernels import flash_attn_gap, version_tuple
 from .snapshot import Snapshot
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
-RCCL_VARS = {  # rocm-facts.md F10 (ROCm workload.rst, MI300X guidance)
+RCCL_VARS = {  # docs/rocm-facts.md#f10 (ROCm workload.rst, MI300X guidance)
     "NCCL_MIN_NCHANNELS": "112",
     "TORCH_NCCL_HIGH_PRIORITY": "1",
     "GPU_MAX_HW_QUEUES": "2",

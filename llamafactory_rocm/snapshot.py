@@ -15,8 +15,8 @@ from .catalogue import base_arch
 
 SNAPSHOT_SCHEMA_VERSION = 1
 
-# Environment variables that change how ROCm, torch or the launcher behave (rocm-facts.md,
-# "Reading the machine" and F10/F11). The probe records exactly these.
+# Environment variables that change how ROCm, torch or the launcher behave (docs/rocm-facts.md#r6,
+# docs/rocm-facts.md#f10 and docs/rocm-facts.md#f11). The probe records exactly these.
 RELEVANT_ENV_VARS = (
     "PYTORCH_ROCM_ARCH",
     "HSA_OVERRIDE_GFX_VERSION",
@@ -155,7 +155,7 @@ class Snapshot(BaseModel):
 def gfx_target_from_version(value: int) -> str | None:
     """KFD ``gfx_target_version`` -> target name: 90010 -> gfx90a, 110001 -> gfx1101, 0 -> None.
 
-    The stepping is written as one hex digit (rocm-facts.md, "Reading the machine").
+    The stepping is written as one hex digit (docs/rocm-facts.md#r5).
     """
     if value <= 0:
         return None

@@ -2,7 +2,7 @@
 
 Stock LLaMA-Factory fails on any unknown key (``Some keys are not used by the HfArgumentParser``),
 and ``compute_dtype`` is derived (``init=False``), so ``--compute_dtype bfloat16 --backend pt`` copied
-from blogs never runs (llamafactory-facts.md, "Behaviour that matters for a plugin").
+from blogs never runs (docs/rocm-facts.md#l6, docs/rocm-facts.md#l7).
 """
 
 from __future__ import annotations

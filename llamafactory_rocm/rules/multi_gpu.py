@@ -1,4 +1,4 @@
-"""Multi-GPU settings that hang or crawl on AMD (rocm-facts.md F10, F11)."""
+"""Multi-GPU settings that hang or crawl on AMD (docs/rocm-facts.md#f10, docs/rocm-facts.md#f11)."""
 
 from __future__ import annotations
 

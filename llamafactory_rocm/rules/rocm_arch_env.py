@@ -3,7 +3,7 @@
 It is read when extensions are JIT-built (DeepSpeed FusedAdam/CPUAdam, custom kernels) by
 ``torch.utils.cpp_extension._get_rocm_arch_flags``. Unset, extensions build for every arch torch
 knows (slow, and fails when hipcc lacks one); wrong, they fail at run time with
-``HIP error: invalid device function`` (rocm-facts.md, "What PYTORCH_ROCM_ARCH really does"; F3).
+``HIP error: invalid device function`` (docs/rocm-facts.md#p1; F3).
 """
 
 from __future__ import annotations
