@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from .catalogue import load_catalogue
-from .findings import Finding, Level
+from .findings import Finding, Level, explain_hint
 from .lf_keys import train_keys
 from .rules import Context, resolve
 from .rules.kernels import flash_attn_gap, version_tuple
@@ -38,7 +38,8 @@ class Line:
 
 
 def _from_finding(topic: str, finding: Finding) -> Line:
-    return Line(_LEVEL_TO_STATUS[finding.level], topic, finding.message, finding.fix, finding.code)
+    fix = f"{finding.fix} {explain_hint(finding.code)}"
+    return Line(_LEVEL_TO_STATUS[finding.level], topic, finding.message, fix, finding.code)
 
 
 def torch_lines(snap: Snapshot) -> list[Line]:
@@ -92,7 +93,13 @@ def package_lines(snap: Snapshot, ctx: Context) -> list[Line]:
         lines.append(Line(PASS, "flash-attn", "not installed: LLaMA-Factory uses SDPA (check rewrites fa2 to sdpa)"))
     elif gap:
         lines.append(
-            Line(WARN, "flash-attn", f"{pk['flash_attn']}: {gap}", "Use flash_attn: sdpa.", "FLASH_ATTN_TO_SDPA")
+            Line(
+                WARN,
+                "flash-attn",
+                f"{pk['flash_attn']}: {gap}",
+                f"Use flash_attn: sdpa. {explain_hint('FLASH_ATTN_TO_SDPA')}",
+                "FLASH_ATTN_TO_SDPA",
+            )
         )
     else:
         lines.append(Line(PASS, "flash-attn", f"{pk['flash_attn']} covers {', '.join(snap.gpu_base_archs)}"))

@@ -27,7 +27,12 @@ class Finding(BaseModel):
     new: Any = None
 
     def line(self) -> str:
-        return f"[{self.level.value}] {self.code}: {self.message} Fix: {self.fix}"
+        """One line; it ends by naming the command that explains the code at length."""
+        return f"[{self.level.value}] {self.code}: {self.message} Fix: {self.fix} {explain_hint(self.code)}"
+
+
+def explain_hint(code: str) -> str:
+    return f"(more: llamafactory-rocm explain {code})"
 
 
 def has_errors(findings: list[Finding]) -> bool:

@@ -8,12 +8,16 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import DEBUG_ENV, EXIT_INTERNAL, EXIT_USAGE, UsageError
-from . import check_cmd, datasets_cmd, demo_cmd, doctor_cmd, presets_cmd, train_cmd
+from . import check_cmd, datasets_cmd, demo_cmd, doctor_cmd, explain_cmd, presets_cmd, train_cmd
 
-SUBCOMMANDS = (check_cmd, train_cmd, presets_cmd, datasets_cmd, doctor_cmd, demo_cmd)
+SUBCOMMANDS = (check_cmd, train_cmd, presets_cmd, datasets_cmd, doctor_cmd, demo_cmd, explain_cmd)
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("allow_abbrev", False)  # `--gp` must not become --gpu: it may be LLaMA-Factory's
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
     def error(self, message: str) -> None:  # argparse would print the whole usage block
         print(f"llamafactory-rocm: {message}. Try `llamafactory-rocm {self._sub_hint()}-h`.", file=sys.stderr)
         raise SystemExit(EXIT_USAGE)
@@ -37,11 +41,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             stream.reconfigure(errors="backslashreplace")
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
-    # `check cfg.yaml --gpu mi300x lr=1e-4`: key=value after an option is still an override.
-    overrides = [a for a in extra if "=" in a and not a.startswith("-")]
-    if overrides and hasattr(args, "overrides"):
-        args.overrides = [*args.overrides, *overrides]
-        extra = [a for a in extra if a not in overrides]
+    if getattr(args, "takes_launch_args", False):  # check/train: the rest is LLaMA-Factory's, in order
+        args.launch_args, extra = extra, []
     if extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:

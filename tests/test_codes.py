@@ -1,0 +1,144 @@
+"""The finding-code registry covers every code the package can emit, and the docs hold its text."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from llamafactory_rocm import presets
+from llamafactory_rocm.catalogue import load_catalogue
+from llamafactory_rocm.catalogue.codes import load_codes
+from llamafactory_rocm.doctor import diagnose
+from llamafactory_rocm.findings import Finding, Level
+from llamafactory_rocm.rules import Target, resolve
+from tests.conftest import ALL_SNAPSHOTS, load_snapshot, make_ctx
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "llamafactory_rocm"
+_CODE_ARG = re.compile(r"""\bcode\s*=\s*["']([A-Z][A-Z0-9_]+)["']""")
+# A code handed to a helper that builds the Finding (``_info_finding("DATASET_REMOTE", ...)``) or
+# to the explain pointer (doctor's own lines).
+_CODE_HELPER = re.compile(r"""\b\w*(?:finding|explain_hint)\w*\(\s*["']([A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+)["']""", re.I)
+# Codes the lead adds in parallel; each must have its entry whether or not it is emitted yet.
+EXPECTED_NEW = {
+    "LLAMAFACTORY_REFUSED", "VALUE_INVALID", "MEMORY_OVER_DEVICE", "PACKAGE_MISSING", "TARGET_MISMATCH",
+    "FINDING_ACCEPTED", "TARGET_PLANNED", "PRECISION_CONFLICT", "ROCM_ARCH_FEATURE_MISMATCH", "ROCM_ARCH_RETIRED",
+}  # fmt: skip
+
+
+def codes_in_source(text: str) -> set[str]:
+    return set(_CODE_ARG.findall(text)) | set(_CODE_HELPER.findall(text))
+
+
+def source_codes() -> set[str]:
+    found: set[str] = set()
+    for path in PACKAGE.rglob("*.py"):
+        found |= codes_in_source(path.read_text(encoding="utf-8"))
+    return found
+
+
+SEED = {
+    "model_name_or_path": "meta-llama/Meta-Llama-3-8B-Instruct",
+    "stage": "sft",
+    "do_train": True,
+    "finetuning_type": "lora",
+    "template": "llama3",
+    "fp16": True,
+    "compute_dtype": "bfloat16",
+    "backend": "pt",
+    "tf32": True,
+    "flash_attn": "fa2",
+    "output_dir": "saves/does-not-exist",
+}
+CONFIGS = [
+    SEED,
+    {**SEED, "bf16": True, "pure_bf16": True, "quantization_bit": 4, "lora_r": 8},
+    {**SEED, "compute_dtype": "bf32", "backend": "deepspeed", "per_device_train_batch_size": 512},
+]
+ENVS = [
+    {},
+    {"PYTORCH_ROCM_ARCH": "gfx942:xnack+;gfx940;gfx90a;gfx94", "HSA_OVERRIDE_GFX_VERSION": "9.4.2"},
+    {"HSA_OVERRIDE_GFX_VERSION": "11.0.0", "ALLOW_EXTRA_ARGS": "1"},
+]
+
+
+def emitted_over_snapshots() -> set[str]:
+    found: set[str] = set()
+    configs = CONFIGS + [presets.raw(name) for name in presets.names()]
+    for name in ALL_SNAPSHOTS:
+        found |= {line.code for line in diagnose(load_snapshot(name)) if line.code}
+        for target in (None, Target(arch="gfx942", alias="mi300x", named_by="--gpu")):
+            ctx = make_ctx(name, target=target, existing_outputs=("checkpoint-10",))
+            for config in configs:
+                for env in ENVS:
+                    found |= {f.code for f in resolve(config, env, ctx).findings}
+    return found
+
+
+def test_the_source_scan_finds_codes() -> None:
+    assert codes_in_source('Finding(code="NOT_A_CODE", level=Level.INFO)') == {"NOT_A_CODE"}
+    assert codes_in_source('_info_finding("NOT_A_CODE", msg)') == {"NOT_A_CODE"}
+    assert {
+        "TORCH_NOT_ROCM",
+        "UNKNOWN_KEY",
+        "DATASET_INVALID",
+        "DATASET_REMOTE",
+        "FLASH_ATTN_TO_SDPA",
+    } <= source_codes()
+
+
+def test_every_code_in_the_source_has_an_entry() -> None:
+    missing = sorted(source_codes() - set(load_codes().codes))
+    assert missing == [], f"add an entry to llamafactory_rocm/catalogue/codes.json for {missing}"
+
+
+def test_every_code_the_rules_emit_on_the_snapshots_has_an_entry() -> None:
+    emitted = emitted_over_snapshots()
+    assert len(emitted) >= 25  # the run reaches most rules, not a corner
+    missing = sorted(emitted - set(load_codes().codes))
+    assert missing == [], f"add an entry to llamafactory_rocm/catalogue/codes.json for {missing}"
+
+
+def test_the_new_codes_have_entries() -> None:
+    assert set(load_codes().codes) >= EXPECTED_NEW
+
+
+@pytest.mark.parametrize("code", sorted(load_codes().codes))
+def test_each_entry_is_complete_and_its_sources_resolve(code: str) -> None:
+    entry = load_codes().codes[code]
+    assert re.fullmatch(r"[A-Z][A-Z0-9]*(_[A-Z0-9]+)+", code)
+    assert entry.level.split(" ")[0] in {level.value for level in Level}
+    for text in (entry.summary, entry.what, entry.why, entry.fix, entry.example):
+        assert text.strip() and "\n" not in entry.summary
+    facts = (ROOT / "docs" / "rocm-facts.md").read_text(encoding="utf-8")
+    anchors = {h.lower() for h in re.findall(r"^### (\w+)\s*$", facts, flags=re.M)}
+    for source in entry.source:
+        page, _, anchor = source.partition("#")
+        assert page == "docs/rocm-facts.md" and anchor in anchors, source
+
+
+def test_rocm_codes_cite_the_facts() -> None:
+    """A code whose reason is a ROCm fact names the fact."""
+    codes = load_codes().codes
+    rocm = [c for c in codes if c.startswith(("ROCM_", "HSA_", "QLORA_", "SDPA_", "TORCH_", "PRECISION_FP16"))]
+    assert rocm and all(codes[c].source for c in rocm), [c for c in rocm if not codes[c].source]
+
+
+def test_the_docs_table_is_the_registry() -> None:
+    text = (ROOT / "docs" / "troubleshooting.md").read_text(encoding="utf-8")
+    held = text.split("<!-- codes:start -->\n", 1)[1].split("\n<!-- codes:end -->", 1)[0]
+    assert held == load_codes().markdown_table(), "regenerate it: llamafactory-rocm explain --markdown"
+
+
+def test_every_finding_line_names_explain() -> None:
+    finding = Finding(code="TF32_DROPPED", level=Level.CHANGE, message="tf32 raises.", fix="Removed it.")
+    assert finding.line().endswith("(more: llamafactory-rocm explain TF32_DROPPED)")
+    for line in diagnose(load_snapshot("mi300x")):
+        if line.code and line.status != "pass":
+            assert f"llamafactory-rocm explain {line.code}" in line.fix
+
+
+def test_catalogue_still_loads() -> None:  # codes.json sits beside archs.json; neither shadows the other
+    assert load_catalogue().arch("gfx942") is not None
