@@ -68,3 +68,23 @@ def test_an_untranslatable_compute_dtype_is_reported_once():
 
     result = resolve({"compute_dtype": "int3", "stage": "sft"}, {}, make_ctx("mi300x"))
     assert [f.code for f in result.findings if f.level is Level.ERROR] == ["COMPUTE_DTYPE_UNKNOWN"]
+
+
+def test_a_bad_compute_dtype_lists_the_values_that_are_translated():
+    step = blog_keys.rewrite_compute_dtype({"compute_dtype": "bf32"}, {}, make_ctx("mi300x"))
+    (finding,) = step.findings
+    for value in ("bfloat16", "bf16", "float16", "fp16", "half", "float32", "fp32", "float"):
+        assert value in finding.message.split("Values that are translated: ")[1]
+
+
+@pytest.mark.parametrize("value", ["deepspeed", "DeepSpeed", "ds"])
+def test_backend_deepspeed_points_to_the_deepspeed_key_and_a_shipped_json(value):
+    from pathlib import Path
+
+    step = blog_keys.drop_backend({"backend": value}, {}, make_ctx("mi300x_8gpu"))
+    (finding,) = step.findings
+    assert finding.code == "BACKEND_UNKNOWN" and finding.level is Level.ERROR
+    assert "deepspeed: key" in finding.message
+    shipped = finding.fix.split("deepspeed: ", 1)[1].split(" ")[0]
+    assert shipped.endswith("presets/deepspeed/ds_z2_config.json") and Path(shipped).is_file()
+    assert step.config == {"backend": value}  # refused, not silently changed

@@ -55,3 +55,47 @@ def test_unset_on_cpu_or_cuda_stays_unset():
 def test_malformed_value_is_refused_even_without_a_gpu():
     step = check_pytorch_rocm_arch({}, {"PYTORCH_ROCM_ARCH": "gfx94"}, make_ctx("cpu_only"))
     assert [f.code for f in step.findings] == ["ROCM_ARCH_MALFORMED"]
+
+
+def _on_rocm(ctx, hip: str):
+    from dataclasses import replace
+
+    torch = ctx.snapshot.torch.model_copy(update={"hip": hip})
+    return replace(ctx, snapshot=ctx.snapshot.model_copy(update={"torch": torch}))
+
+
+def test_a_feature_suffix_the_gpu_contradicts_is_refused_with_the_fix():
+    # The MI300X snapshot reports gfx942:sramecc+:xnack- (its gcnArchName): xnack+ code does not load.
+    step = check_pytorch_rocm_arch({}, {"PYTORCH_ROCM_ARCH": "gfx942:xnack+"}, make_ctx("mi300x"))
+    (finding,) = step.findings
+    assert finding.code == "ROCM_ARCH_FEATURE_MISMATCH" and finding.level is Level.ERROR
+    assert "xnack+" in finding.message and "gfx942:sramecc+:xnack-" in finding.message
+    assert finding.fix.startswith("export PYTORCH_ROCM_ARCH=gfx942 ")
+    assert finding.new == "gfx942"
+
+
+def test_a_matching_or_absent_suffix_passes_and_only_the_clashing_entry_is_fixed():
+    for value in ("gfx942:xnack-", "gfx942:sramecc+:xnack-", "gfx942", "gfx90a:xnack+;gfx942"):
+        assert check_pytorch_rocm_arch({}, {"PYTORCH_ROCM_ARCH": value}, make_ctx("mi300x")).findings == [], value
+    step = check_pytorch_rocm_arch({}, {"PYTORCH_ROCM_ARCH": "gfx90a:xnack+;gfx942:sramecc-"}, make_ctx("mi300x"))
+    assert [f.code for f in step.findings] == ["ROCM_ARCH_FEATURE_MISMATCH"]
+    assert step.findings[0].new == "gfx90a:xnack+;gfx942"  # gfx90a is not here: its suffix is not judged
+
+
+def test_retired_mi300_targets_are_a_finding():
+    step = check_pytorch_rocm_arch({}, {"PYTORCH_ROCM_ARCH": "gfx940;gfx941;gfx942"}, make_ctx("mi300x"))
+    (finding,) = step.findings
+    assert finding.code == "ROCM_ARCH_RETIRED" and finding.level is Level.WARNING  # ROCm 6.4 still builds them
+    assert "gfx940, gfx941" in finding.message and finding.fix == "export PYTORCH_ROCM_ARCH=gfx942"
+
+
+def test_retired_targets_are_an_error_where_the_compiler_refuses_them():
+    ctx = _on_rocm(make_ctx("mi300x"), "7.0.51831")
+    step = check_pytorch_rocm_arch({}, {"PYTORCH_ROCM_ARCH": "gfx940;gfx942"}, ctx)
+    assert [(f.code, f.level) for f in step.findings] == [("ROCM_ARCH_RETIRED", Level.ERROR)]
+    assert "ROCm 7.0.51831" in step.findings[0].message
+
+
+def test_only_a_retired_target_also_misses_the_gpu():
+    step = check_pytorch_rocm_arch({}, {"PYTORCH_ROCM_ARCH": "gfx941"}, make_ctx("mi300x"))
+    assert [f.code for f in step.findings] == ["ROCM_ARCH_RETIRED", "ROCM_ARCH_MISSES_DEVICE"]

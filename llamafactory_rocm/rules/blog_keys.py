@@ -25,6 +25,9 @@ _DTYPE_TO_FLAGS = {
     "float": (False, False),
 }
 _PYTORCH_BACKENDS = {"pt", "torch", "pytorch", "hf", "huggingface"}
+_DEEPSPEED_BACKENDS = {"deepspeed", "ds", "zero", "zero2", "zero3"}
+# The DeepSpeed JSON the presets ship (presets/deepspeed/, installed with the package).
+DEEPSPEED_EXAMPLE = "presets/deepspeed/ds_z2_config.json"
 # Keys people write that mean something LLaMA-Factory spells differently or not as a key at all.
 _HINTS = {
     "rocm_arch": "PYTORCH_ROCM_ARCH is an environment variable, not a config key: export it instead",
@@ -55,8 +58,9 @@ def rewrite_compute_dtype(config: Mapping[str, Any], env: Mapping[str, str], ctx
                 level=Level.ERROR,
                 key="compute_dtype",
                 old=raw,
-                message=f"compute_dtype: {raw!r} is not a dtype, and LLaMA-Factory has no compute_dtype key.",
-                fix="Delete compute_dtype and set bf16: true (or fp16: true).",
+                message=f"compute_dtype: {raw!r} is not a dtype, and LLaMA-Factory has no compute_dtype key. "
+                f"Values that are translated: {', '.join(_DTYPE_TO_FLAGS)}.",
+                fix="Delete compute_dtype and set bf16: true (or fp16: true), or give one of those values.",
             ),
         )
     bf16, fp16 = _DTYPE_TO_FLAGS[value]
@@ -86,6 +90,8 @@ def drop_backend(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context
     if "backend" not in config:
         return unchanged(config, env)
     raw = config["backend"]
+    if str(raw).strip().lower().replace("-", "").replace("_", "") in _DEEPSPEED_BACKENDS:
+        return unchanged(config, env, _deepspeed_backend(raw))
     if str(raw).strip().lower() not in _PYTORCH_BACKENDS:
         return unchanged(
             config,
@@ -113,6 +119,26 @@ def drop_backend(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context
                 fix="Removed it; nothing else changes.",
             )
         ],
+    )
+
+
+def _deepspeed_backend(raw: Any) -> Finding:
+    """``backend: deepspeed``: LLaMA-Factory turns DeepSpeed on with ``deepspeed: <json>`` (docs/rocm-facts.md#l7)."""
+    try:
+        from ..resources import presets_dir
+
+        example = str(presets_dir() / "deepspeed" / "ds_z2_config.json")
+    except FileNotFoundError:  # an install without the bundled presets: name the file as the repo has it
+        example = DEEPSPEED_EXAMPLE
+    return Finding(
+        code="BACKEND_UNKNOWN",
+        level=Level.ERROR,
+        key="backend",
+        old=raw,
+        message=f"backend: {raw} is not a LLaMA-Factory key: DeepSpeed is turned on with the deepspeed: key, "
+        "the path of a DeepSpeed JSON config.",
+        fix=f"Replace backend with deepspeed: {example} (ZeRO-2, as the 8-GPU MI300X preset uses) or your own "
+        "DeepSpeed JSON; DeepSpeed itself must be installed.",
     )
 
 

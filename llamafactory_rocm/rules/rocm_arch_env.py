@@ -16,6 +16,7 @@ from typing import Any
 from ..catalogue import TARGET_ID_RE, Catalogue, base_arch
 from ..findings import Finding, Level
 from .base import Context, Step, unchanged
+from .kernels import version_tuple
 
 VAR = "PYTORCH_ROCM_ARCH"
 
@@ -48,6 +49,34 @@ def parse_rocm_arch(value: str, catalogue: Catalogue) -> tuple[list[str], list[B
         else:
             good.append(item.lower())
     return good, bad
+
+
+def target_features(target: str) -> dict[str, str]:
+    """``gfx942:sramecc+:xnack-`` -> ``{"sramecc": "+", "xnack": "-"}``; no suffix: ``{}`` (either)."""
+    match = TARGET_ID_RE.match(target.strip().lower())
+    if not match or not match.group(2):
+        return {}
+    return {item[:-1]: item[-1] for item in match.group(2).split(":") if item}
+
+
+def _feature_conflicts(good: list[str], ctx: Context) -> list[tuple[str, str, str]]:
+    """(entry, device arch name, contradicted feature) for entries whose suffix the device cannot load.
+
+    Code built with ``xnack+`` (or ``-``) loads only where the device has the same setting; an entry
+    without the suffix loads on either (docs/rocm-facts.md#p2).
+    """
+    conflicts = []
+    for entry in good:
+        wanted = target_features(entry)
+        for device in ctx.snapshot.devices:
+            if device.base_arch != base_arch(entry):
+                continue
+            have = target_features(device.arch_name)
+            clash = [f"{k}{v}" for k, v in wanted.items() if k in have and have[k] != v]
+            if clash:
+                conflicts.append((entry, device.arch_name, ", ".join(clash)))
+                break
+    return conflicts
 
 
 def check_pytorch_rocm_arch(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
@@ -87,6 +116,25 @@ def check_pytorch_rocm_arch(config: Mapping[str, Any], env: Mapping[str, str], c
                 fix=f"Use ';'-separated gfx targets such as gfx942 or gfx90a:xnack-.{hint}",
             )
         )
+    findings += _retired(value, good, ctx)
+    conflicts = _feature_conflicts(good, ctx) if ctx.rocm else []
+    if conflicts:
+        fixed = [base_arch(t) if any(t == c[0] for c in conflicts) else t for t in good]
+        findings.append(
+            Finding(
+                code="ROCM_ARCH_FEATURE_MISMATCH",
+                level=Level.ERROR,
+                key=VAR,
+                old=value,
+                new=";".join(dict.fromkeys(fixed)),
+                message="; ".join(
+                    f"{VAR} entry {entry} asks for {clash}, but the GPU here is {device}"
+                    for entry, device, clash in conflicts
+                )
+                + ": code built for it does not load there (hipErrorNoBinaryForGpu / invalid device function).",
+                fix=f"export {VAR}={';'.join(dict.fromkeys(fixed))} (no suffix builds code that loads either way).",
+            )
+        )
     covered = {base_arch(t) for t in good}
     missing = [arch for arch in devices if arch not in covered]
     if missing and not bad:
@@ -103,3 +151,27 @@ def check_pytorch_rocm_arch(config: Mapping[str, Any], env: Mapping[str, str], c
             )
         )
     return unchanged(config, env, *findings)
+
+
+def _retired(value: str, good: list[str], ctx: Context) -> list[Finding]:
+    """gfx940/gfx941: pre-production MI300 targets, removed from LLVM and ROCm 7.0 (docs/rocm-facts.md#p3)."""
+    retired = [t for t in good if (info := ctx.catalogue.arch(t)) is not None and info.retired]
+    if not retired:
+        return []
+    hip = ctx.snapshot.torch.hip or ""
+    # ROCm 7.0's compilers refuse them; older ones build code no shipping GPU runs.
+    refused = bool(hip) and version_tuple(hip) >= (7, 0)
+    kept = [t for t in good if t not in retired] or ["gfx942"]
+    return [
+        Finding(
+            code="ROCM_ARCH_RETIRED",
+            level=Level.ERROR if refused else Level.WARNING,
+            key=VAR,
+            old=value,
+            new=";".join(dict.fromkeys(kept)),
+            message=f"{VAR}={value} lists {', '.join(retired)}, pre-production MI300 targets removed from LLVM "
+            "and ROCm 7.0"
+            + (f": ROCm {hip}'s compiler refuses them." if refused else "; no shipping GPU is one (MI300X is gfx942)."),
+            fix=f"export {VAR}={';'.join(dict.fromkeys(kept))}",
+        )
+    ]
