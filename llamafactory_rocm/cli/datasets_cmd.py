@@ -7,15 +7,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..dataset_check import (
-    DEFAULT_MAX_ERRORS,
-    DatasetReport,
-    add_dataset,
-    load_dataset_info,
-    validate_entry,
-)
-from ..dataset_check import validate_dataset as check_dataset
-from ..dataset_entry import FORMATTINGS, resolve_mapping, source_of
+from ..dataset import CheckOptions, DatasetReport, add_dataset, load_dataset_info, validate_dataset, validate_entry
+from ..dataset.entry import FORMATTINGS
+from ..dataset.rows import DEFAULT_MAX_ROWS_SHOWN
+from ..dataset.validate import DEFAULT_MAX_DROPPED, parse_share
 from ..errors import EXIT_FINDINGS, EXIT_OK, UsageError
 from ..resources import datasets_dir
 
@@ -29,21 +24,23 @@ def register(subs: argparse._SubParsersAction) -> None:
     ls.add_argument("--json", action="store_true", help="print a JSON list")
     ls.set_defaults(run=run_list)
 
-    val = actions.add_parser("validate", help="check every row: exit 0 clean, 1 defects, 2 bad input")
+    val = actions.add_parser("validate", help="load and convert every row: exit 0 usable, 1 defects, 2 bad input")
     val.add_argument(
         "dataset", metavar="NAME_OR_FILE", help="a name in dataset_info.json, a .json/.jsonl file or a folder (./parts)"
     )
     val.add_argument("--dataset-dir", help="folder with dataset_info.json (default: the bundled datasets)")
     val.add_argument("--formatting", choices=FORMATTINGS, help="read the rows as this formatting")
-    val.add_argument("--tokenizer", metavar="PATH", help="local tokenizer folder: also print token-length percentiles")
-    val.add_argument("--max-errors", type=_count, default=DEFAULT_MAX_ERRORS, metavar="N", help="bad rows shown")
-    val.add_argument("--jobs", type=_count, default=0, metavar="N", help="processes for big JSON lines (0: auto)")
+    val.add_argument("--stage", default="sft", choices=("pt", "sft", "rm", "ppo", "kto"), help="default: sft")
+    val.add_argument("--max-errors", type=_count, default=DEFAULT_MAX_ROWS_SHOWN, metavar="N", help="rows shown")
     val.add_argument(
-        "--preprocessing-num-workers",
-        type=_count,
-        metavar="N",
-        help="a folder's files load in N processes, as preprocessing_num_workers in the config (default: unknown: "
-        "checked for 1 process and for one a file, not the runs of files in between)",
+        "--max-dropped",
+        type=parse_share,
+        default=DEFAULT_MAX_DROPPED,
+        metavar="SHARE",
+        help=f"an error when LLaMA-Factory drops more than this share of the rows (default {DEFAULT_MAX_DROPPED})",
+    )
+    val.add_argument(
+        "--preprocessing-num-workers", type=_count, metavar="N", help="a folder's files load in N processes"
     )
     val.add_argument("--json", action="store_true", help="print the report as JSON")
     val.set_defaults(run=run_validate)
@@ -67,9 +64,6 @@ def _count(text: str) -> int:
     return value
 
 
-# -- list -----------------------------------------------------------------------------------------
-
-
 def run_list(args: argparse.Namespace) -> int:
     folder = Path(args.dataset_dir) if args.dataset_dir else datasets_dir()
     info = load_dataset_info(folder)
@@ -85,26 +79,20 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def _list_row(name: str, entry: Any, folder: Path) -> dict[str, Any]:
-    report = validate_entry(name, entry, folder)
-    source = source_of(entry) if isinstance(entry, dict) else None
-    formatting = resolve_mapping(entry).formatting if isinstance(entry, dict) else "?"
+    report = validate_entry(name, entry, folder, CheckOptions(progress=False))
+    if report.remote:
+        status = "remote, not checked"
+    elif not report.ok:
+        status = f"{report.failed} bad rows" if report.failed else "invalid"
+    else:
+        status = f"ok, {report.dropped} dropped" if report.dropped else "ok"
     return {
         "name": name,
-        "formatting": formatting,
-        "file": "?" if source is None else str(source[1]),
+        "formatting": report.formatting,
+        "file": report.source,
         "rows": None if report.remote else report.rows,
-        "status": _status(report),
+        "status": status,
     }
-
-
-def _status(report: DatasetReport) -> str:
-    if report.remote:
-        return "remote, not checked"
-    if report.ok:
-        return "ok"
-    if report.bad_row_count:
-        return f"{report.bad_row_count} bad rows"
-    return "invalid entry"
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
@@ -114,60 +102,36 @@ def _table(rows: list[dict[str, Any]]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells)
 
 
-# -- validate -------------------------------------------------------------------------------------
-
-
 def run_validate(args: argparse.Namespace) -> int:
-    report = check_dataset(
-        args.dataset,
-        args.dataset_dir,
-        formatting=args.formatting,
-        tokenizer=args.tokenizer,
+    options = CheckOptions(
         max_errors=args.max_errors,
-        jobs=args.jobs,
-        loader_processes=args.preprocessing_num_workers,
+        num_proc=args.preprocessing_num_workers,
+        stage=args.stage,
+        max_dropped=args.max_dropped,
     )
+    report = validate_dataset(args.dataset, args.dataset_dir, formatting=args.formatting, options=options)
     if args.json:
         print(json.dumps(report.as_json(), indent=2))
     else:
-        print(report_text(report, args.max_errors))
-        if len(report.files) > 2 and args.preprocessing_num_workers is None:
-            print(_RUNS_NOTE.format(files=len(report.files)))
+        print(report_text(report))
     return EXIT_OK if report.ok else EXIT_FINDINGS
 
 
-# A folder of more than two files loads in runs that depend on the config's processes.
-_RUNS_NOTE = (
-    "  note: its {files} files were checked as 1 process and as {files} processes load them; give "
-    "--preprocessing-num-workers N (the config's) to check the runs of files your config loads"
-)
-
-
-def report_text(report: DatasetReport, max_errors: int = DEFAULT_MAX_ERRORS) -> str:
+def report_text(report: DatasetReport) -> str:
     """The validate output: a header line, then one line per problem."""
-    layout = f", {report.layout}" if report.layout else ""
-    head = f"{report.label} ({report.formatting}{layout}): "
+    head = f"{report.label} ({report.formatting}): "
     if report.remote:
         lines = [head + f"{report.source} is not local, not checked"]
     else:
-        bad = f", {report.bad_row_count} bad" if report.bad_row_count else ""
-        lines = [head + f"{report.rows} rows{bad}" + ("" if not report.ok else ", ok")]
+        verdict = "ok" if report.ok else "not usable"
+        lines = [head + f"{report.rows} rows, {report.kept} kept, {report.dropped} dropped: {verdict}"]
     lines += [f"  error: {e}" for e in report.errors]
-    lines += [f"  {b.text()}" for b in report.bad_rows]
-    hidden = report.bad_row_count - len(report.bad_rows)
-    if hidden > 0:
-        lines.append(f"  ... and {hidden} more bad rows (--max-errors N shows more than {max_errors})")
+    lines += [f"  {r.text()}" for r in report.bad_rows + report.dropped_rows]
+    shown = len(report.bad_rows) + len(report.dropped_rows)
+    if report.failed + report.dropped > shown:
+        lines.append(f"  ... and {report.failed + report.dropped - shown} more rows (--max-errors N shows more)")
     lines += [f"  warning: {w}" for w in report.warnings]
-    if report.tokens:
-        t = report.tokens
-        lines.append(
-            f"  tokens per row (content only, before the chat template): p50 {t['p50']}, p90 {t['p90']}, "
-            f"p99 {t['p99']}, max {t['max']}"
-        )
     return "\n".join(lines)
-
-
-# -- register -------------------------------------------------------------------------------------
 
 
 def run_register(args: argparse.Namespace) -> int:

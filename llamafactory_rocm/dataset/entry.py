@@ -1,9 +1,9 @@
-"""dataset_info.json entries as LLaMA-Factory 0.9.5 reads them (``llamafactory/data/parser.py``).
+"""What LLaMA-Factory does not say about a dataset_info.json entry: keys it ignores silently.
 
-LLaMA-Factory ignores keys it does not know, so a typo such as ``"colums"`` silently falls back to
-the defaults. ``entry_problems`` names the closest valid key instead; ``resolve_mapping`` gives the
-columns and tags exactly as ``DatasetAttr.join`` would, including its rule that a ``columns`` (or
-``tags``) block gives every column (tag) it leaves out ``None``, not its default.
+LLaMA-Factory's parser (``DatasetAttr.join``) skips keys it does not know, so a typo such as
+``"colums"`` silently falls back to the defaults, and a ``columns`` block gives every column it leaves
+out no default. ``entry_problems`` names those; what the entry then means is LLaMA-Factory's own
+``get_dataset_list`` (``source.py``).
 """
 
 from __future__ import annotations
@@ -56,33 +56,9 @@ REQUIRED_TAGS = ("role_tag", "content_tag", "user_tag", "assistant_tag")
 
 
 @dataclass(frozen=True)
-class RowMapping:
-    """What LLaMA-Factory will read from each row: formatting, ranking, columns and tags."""
-
-    formatting: str
-    ranking: bool
-    columns: dict[str, str | None]
-    tags: dict[str, str | None]
-
-
-@dataclass(frozen=True)
 class EntryCheck:
     errors: list[str]
     warnings: list[str]
-
-
-def resolve_mapping(entry: Mapping[str, Any], formatting: str | None = None) -> RowMapping:
-    """Columns and tags as ``DatasetAttr.join`` sets them."""
-    columns_block = entry.get("columns")
-    tags_block = entry.get("tags")
-    columns = dict(COLUMN_DEFAULTS)
-    if isinstance(columns_block, dict):  # with a block, an unset column is None (set_attr's default)
-        columns = {key: _name(columns_block.get(key)) for key in COLUMN_DEFAULTS}
-    tags = dict(TAG_DEFAULTS)
-    if isinstance(tags_block, dict):
-        tags = {key: _name(tags_block.get(key)) for key in TAG_DEFAULTS}
-    fmt = formatting or entry.get("formatting") or "alpaca"
-    return RowMapping(formatting=str(fmt), ranking=entry.get("ranking") is True, columns=columns, tags=tags)
 
 
 def source_of(entry: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -181,11 +157,6 @@ def _column_problems(entry: dict[str, Any], formatting: str) -> tuple[list[str],
                 f"tags no default (the defaults are {', '.join(f'{t}={TAG_DEFAULTS[t]!r}' for t in unset)})"
             )
     return errors, warnings
-
-
-def _name(value: Any) -> str | None:
-    """A column or tag name; a value of another type (an entry error of its own) counts as unset."""
-    return value if isinstance(value, str) else None
 
 
 def _block_problems(entry: dict[str, Any], block: str, known: frozenset[str]) -> list[str]:

@@ -1,0 +1,144 @@
+"""The dataset part of the pre-launch check: the datasets a training config names, as findings."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+from ..findings import Finding, Level
+from ..resources import datasets_dir
+from .entry import closest
+from .info import INFO_FILE, load_dataset_info
+from .validate import CheckOptions, DatasetReport, max_dropped_from_env, validate_entry
+
+
+def config_dataset_findings(config: Mapping[str, Any], cwd: Path) -> tuple[dict[str, Any], list[Finding]]:
+    """Point dataset_dir at the bundled folder when only it has the datasets, then check each local
+    dataset as LLaMA-Factory will load and convert it. Returns the (possibly updated) config and findings."""
+    config = dict(config)
+    names = list(dict.fromkeys(dataset_names(config.get("dataset")) + dataset_names(config.get("eval_dataset"))))
+    if not names:
+        return config, []
+    raw_dir = str(config.get("dataset_dir") or "data")
+    if raw_dir == "ONLINE" or raw_dir.startswith("REMOTE:"):
+        return config, [
+            _info_finding("DATASET_ONLINE", f"dataset_dir is {raw_dir}: {', '.join(names)} load from the hub")
+        ]
+    folder = Path(raw_dir).expanduser()
+    folder = folder if folder.is_absolute() else Path(cwd) / folder
+    try:
+        info = load_dataset_info(folder)
+    except UsageError as err:  # malformed: say so, never "unknown dataset"
+        return config, [_invalid("dataset_info.json", str(err), f"Fix {folder / INFO_FILE}.")]
+    findings: list[Finding] = []
+    if info is None or any(n not in info for n in names):
+        bundled = datasets_dir()
+        bundled_info = _quiet_info(bundled) or {}
+        if all(n in bundled_info for n in names):
+            config["dataset_dir"] = str(bundled)
+            findings.append(_bundled_finding(raw_dir, folder, bundled, names))
+            folder, info = bundled, bundled_info
+    options = CheckOptions(
+        max_errors=1,
+        progress=False,
+        num_proc=_workers(config.get("preprocessing_num_workers")),
+        stage=str(config.get("stage") or "sft"),
+        max_dropped=max_dropped_from_env(),
+        max_rows=_workers(config.get("max_samples")),
+        media_dir=config.get("media_dir"),
+    )
+    for name in names:
+        if info is None or name not in info:
+            findings.append(_unknown_finding(name, info, folder))
+        else:
+            findings += _dataset_findings(name, validate_entry(name, info[name], folder, options), folder)
+    return config, findings
+
+
+def dataset_names(value: Any) -> list[str]:
+    if value is None:
+        return []
+    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    return [str(item).strip() for item in items if str(item).strip()]
+
+
+def _workers(value: Any) -> int | None:
+    try:
+        return None if value is None else int(value)
+    except (TypeError, ValueError):
+        return None  # LLaMA-Factory's own argument parser says so
+
+
+def _quiet_info(folder: Path) -> dict[str, Any] | None:
+    try:
+        return load_dataset_info(folder)
+    except UsageError:
+        return None
+
+
+def _info_finding(code: str, message: str) -> Finding:
+    return Finding(
+        code=code,
+        level=Level.INFO,
+        key="dataset",
+        message=f"{message}, which cannot be checked offline.",
+        fix="Nothing to do here; the hub must be reachable when training starts.",
+    )
+
+
+def _invalid(name: str, message: str, fix: str) -> Finding:
+    return Finding(code="DATASET_INVALID", level=Level.ERROR, key="dataset", message=message, fix=fix)
+
+
+def _dataset_findings(name: str, report: DatasetReport, folder: Path) -> list[Finding]:
+    if report.remote:
+        return [_info_finding("DATASET_REMOTE", f"dataset {name} comes from {report.source}")]
+    command = f"llamafactory-rocm datasets validate {shlex.quote(name)} --dataset-dir {shlex.quote(str(folder))}"
+    where = report.files[0] if len(report.files) == 1 else report.source
+    if not report.ok:
+        message = f"dataset {name} ({where}): {report.rows} rows, {report.kept} kept; {report.first_problem()}."
+        fix = f"Run `{command}` to list every bad row, then fix the data or its dataset_info.json entry."
+        return [_invalid(name, message, fix)]
+    return [
+        Finding(
+            code="DATASET_ROWS_DROPPED",
+            level=Level.WARNING,
+            key="dataset",
+            message=f"dataset {name} ({where}): {warning}.",
+            fix=f"Nothing has to change; `{command}` lists the rows, to fix them.",
+        )
+        for warning in report.warnings
+    ]
+
+
+def _bundled_finding(raw_dir: str, folder: Path, bundled: Path, names: list[str]) -> Finding:
+    where = f"{folder / INFO_FILE} does not exist" if not (folder / INFO_FILE).is_file() else f"{folder} lacks them"
+    return Finding(
+        code="DATASET_DIR_BUNDLED",
+        level=Level.CHANGE,
+        key="dataset_dir",
+        old=raw_dir,
+        new=str(bundled),
+        message=f"{', '.join(names)} are bundled with llamafactory-rocm, and {where}.",
+        fix=f"Set dataset_dir to the bundled folder {bundled}.",
+    )
+
+
+def _unknown_finding(name: str, info: dict[str, Any] | None, folder: Path) -> Finding:
+    match = closest(name, set(info or {}) | set(_quiet_info(datasets_dir()) or {}))
+    hint = f" Did you mean {match!r}?" if match else ""
+    missing = "does not exist" if info is None else f"has no {name!r}"
+    return Finding(
+        code="DATASET_UNKNOWN",
+        level=Level.ERROR,
+        key="dataset",
+        message=f"dataset {name}: {folder / INFO_FILE} {missing}, so LLaMA-Factory stops with 'Undefined dataset'."
+        + hint,
+        fix=(
+            f"Fix the name, or add the data with `llamafactory-rocm datasets register FILE --name {shlex.quote(name)}"
+            f" --dataset-dir {shlex.quote(str(folder))}`."
+        ),
+    )
