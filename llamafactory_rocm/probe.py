@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
 
-from .snapshot import RELEVANT_ENV_VARS, Device, DeviceAccess, KfdNode, Snapshot, TorchBuild
+from .snapshot import GPU_GROUPS, RELEVANT_ENV_VARS, Device, DeviceAccess, KfdNode, Snapshot, TorchBuild, iommu_pt_in
 
 KFD_NODES = Path("/sys/class/kfd/kfd/topology/nodes")
 PACKAGES = ("flash_attn", "bitsandbytes", "deepspeed", "llamafactory", "transformers", "peft", "torchaudio")
@@ -64,7 +64,8 @@ def probe_access() -> DeviceAccess:
     kfd = Path("/dev/kfd")
     render = sorted(str(p) for p in Path("/dev/dri").glob("renderD*")) if Path("/dev/dri").is_dir() else []
     try:
-        groups = sorted({grp.getgrgid(g).gr_name for g in os.getgroups()})
+        # Only the groups the device nodes need: a personal group would name the user.
+        groups = sorted({name for g in os.getgroups() if (name := grp.getgrgid(g).gr_name) in GPU_GROUPS})
     except (KeyError, OSError):
         groups = []
     return DeviceAccess(
@@ -89,9 +90,14 @@ def probe_packages() -> dict[str, str | None]:
     return found
 
 
-def read_cmdline() -> str | None:
+def read_iommu_pt(path: Path = Path("/proc/cmdline")) -> bool | None:
+    """Whether the kernel was booted with iommu=pt; None when unreadable.
+
+    Only this answer leaves the function: the command line holds root devices, UUIDs and paths
+    that have no place in a report people post (doctor --json, snapshots, launch records).
+    """
     try:
-        return Path("/proc/cmdline").read_text().strip()
+        return iommu_pt_in(path.read_text())
     except OSError:
         return None
 
@@ -105,7 +111,7 @@ def take_snapshot() -> Snapshot:
         kfd_nodes=probe_kfd(),
         env=relevant_env(),
         packages=probe_packages(),
-        kernel_cmdline=read_cmdline(),
+        iommu_pt=read_iommu_pt(),
         access=probe_access(),
         python=platform.python_version(),
     )

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .catalogue import base_arch
 
-SNAPSHOT_SCHEMA_VERSION = 1
+SNAPSHOT_SCHEMA_VERSION = 2  # 2: iommu_pt replaces the kernel command line; groups are render/video only
+# The only groups a rule asks about: /dev/kfd and /dev/dri/renderD* need them (docs/rocm-facts.md#r8).
+# Others (often one named after the user) are not kept.
+GPU_GROUPS = ("render", "video")
 
 # Environment variables that change how ROCm, torch or the launcher behave (docs/rocm-facts.md#r6,
 # docs/rocm-facts.md#f10 and docs/rocm-facts.md#f11). The probe records exactly these.
@@ -100,7 +104,12 @@ class DeviceAccess(BaseModel):
     kfd_accessible: bool = False
     render_nodes: list[str] = Field(default_factory=list)
     render_nodes_accessible: bool = False
-    user_groups: list[str] = Field(default_factory=list)
+    user_groups: list[str] = Field(default_factory=list, description="render/video, where the user has them")
+
+    @field_validator("user_groups")
+    @classmethod
+    def _gpu_groups_only(cls, groups: list[str]) -> list[str]:
+        return [g for g in groups if g in GPU_GROUPS]
 
 
 class Snapshot(BaseModel):
@@ -115,9 +124,25 @@ class Snapshot(BaseModel):
     packages: dict[str, str | None] = Field(
         default_factory=dict, description="versions of flash_attn, bitsandbytes, deepspeed, ..."
     )
-    kernel_cmdline: str | None = None
+    iommu_pt: bool | None = Field(
+        default=None,
+        description="the kernel command line has iommu=pt (RCCL wants it); None when unknown. "
+        "The line itself is never kept: it can hold host-specific paths and ids",
+    )
     access: DeviceAccess = Field(default_factory=DeviceAccess)
     python: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _reduce_legacy_cmdline(cls, data: Any) -> Any:
+        """Snapshots saved before schema 2 hold the whole ``kernel_cmdline``: keep only ``iommu_pt``."""
+        if isinstance(data, dict) and "kernel_cmdline" in data:
+            data = dict(data)
+            line = data.pop("kernel_cmdline")
+            if "iommu_pt" not in data:
+                data["iommu_pt"] = None if line is None else iommu_pt_in(str(line))
+            data["schema_version"] = SNAPSHOT_SCHEMA_VERSION
+        return data
 
     @property
     def is_rocm(self) -> bool:
@@ -150,6 +175,11 @@ class Snapshot(BaseModel):
     @classmethod
     def load(cls, path: str | Path) -> Snapshot:
         return cls.model_validate(json.loads(Path(path).read_text(encoding="utf-8")))
+
+
+def iommu_pt_in(cmdline: str) -> bool:
+    """Whether a kernel command line passes ``iommu=pt`` (docs/rocm-facts.md#r7, #f10)."""
+    return "iommu=pt" in cmdline.split()
 
 
 def gfx_target_from_version(value: int) -> str | None:

@@ -8,6 +8,7 @@ from llamafactory_rocm.catalogue import base_arch, load_catalogue, normalise_ali
 from llamafactory_rocm.probe import probe_kfd, take_snapshot
 from llamafactory_rocm.snapshot import Snapshot, gfx_target_from_version
 from tests.conftest import ALL_SNAPSHOTS, load_snapshot
+from tests.conftest import SNAPSHOTS as SNAPSHOTS_DIR
 
 NOTES_TARGETS = {"gfx1100", "gfx1101", "gfx1102", "gfx1030", "gfx90a", "gfx940", "gfx941", "gfx942", "gfx950",
                  "gfx908", "gfx906"}  # fmt: skip
@@ -79,3 +80,31 @@ def test_probe_reads_kfd_sysfs(tmp_path):
         (tmp_path / str(node) / "properties").write_text(f"cpu_cores_count 0\ngfx_target_version {value}\n")
     nodes = probe_kfd(tmp_path)
     assert [n.target for n in nodes] == [None, "gfx942", "gfx942"]
+
+
+def test_a_snapshot_saved_with_the_whole_kernel_command_line_still_loads_reduced(tmp_path):
+    """Users may hold schema-1 snapshots (kernel_cmdline, every group): they load as iommu_pt only."""
+    old = json.loads((SNAPSHOTS_DIR / "mi300x.json").read_text())
+    old.pop("iommu_pt")
+    old["schema_version"] = 1
+    old["kernel_cmdline"] = "BOOT_IMAGE=/vmlinuz root=UUID=1b2c ro iommu=pt"
+    old["access"]["user_groups"] = ["alice", "render", "video", "wheel"]
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(old))
+    snap = Snapshot.load(path)
+    assert snap.iommu_pt is True and snap.schema_version == 2
+    assert snap.access.user_groups == ["render", "video"]
+    saved = snap.model_dump_json()
+    assert "kernel_cmdline" not in saved and "UUID" not in saved and "alice" not in saved
+    old["kernel_cmdline"] = "ro quiet"
+    path.write_text(json.dumps(old))
+    assert Snapshot.load(path).iommu_pt is False
+    old["kernel_cmdline"] = None
+    path.write_text(json.dumps(old))
+    assert Snapshot.load(path).iommu_pt is None
+
+
+def test_recorded_snapshots_hold_no_kernel_command_line():
+    for path in SNAPSHOTS_DIR.glob("*.json"):
+        data = json.loads(path.read_text())
+        assert "kernel_cmdline" not in data and isinstance(data["iommu_pt"], bool), path.name

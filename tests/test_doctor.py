@@ -95,3 +95,54 @@ def test_save_snapshot_never_replaces_a_file(tmp_path):
     assert result.returncode == 2 and out.read_text() == "my notes"
     said = f"{out} exists: give --save-snapshot a new file name (nothing was written)."
     assert result.stderr.strip() == f"llamafactory-rocm doctor: {said}"
+
+
+def test_doctor_json_holds_no_kernel_command_line_hostname_or_home(tmp_path):
+    """doctor --json is posted in public: only iommu_pt is kept of /proc/cmdline (issue 17, privacy)."""
+    import socket
+    from pathlib import Path
+
+    result = subprocess.run(
+        [sys.executable, "-m", "llamafactory_rocm.cli.main", "doctor", "--json"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode in (0, 1), result.stderr
+    report = json.loads(result.stdout)
+    assert "kernel_cmdline" not in report["snapshot"] and report["snapshot"]["iommu_pt"] in (True, False, None)
+    try:
+        cmdline = Path("/proc/cmdline").read_text().strip()
+    except OSError:
+        cmdline = ""
+    # The whole line, and each of its distinctive words (root=..., BOOT_IMAGE=..., paths).
+    if cmdline:
+        assert cmdline not in result.stdout
+    for word in cmdline.split():
+        if ("=" in word or "/" in word) and word != "iommu=pt" and len(word) > 5:
+            assert word not in result.stdout, word
+    values = _strings(report)
+    host = socket.gethostname()
+    assert host not in values
+    home = str(Path.home())
+    if len(home) > 1:
+        assert not [v for v in values if home in v]
+
+
+def _strings(node: object) -> set[str]:
+    if isinstance(node, str):
+        return {node}
+    if isinstance(node, dict):
+        return set().union(*(_strings(v) for v in node.values()), *(_strings(k) for k in node)) if node else set()
+    if isinstance(node, list):
+        return set().union(*(_strings(v) for v in node)) if node else set()
+    return set()
+
+
+def test_the_probe_keeps_only_whether_iommu_pt_is_set(tmp_path):
+    from llamafactory_rocm.probe import read_iommu_pt
+
+    line = tmp_path / "cmdline"
+    line.write_text("BOOT_IMAGE=/vmlinuz-6.8.0 root=UUID=1b2c3d4e ro iommu=pt amd_iommu=on\n")
+    assert read_iommu_pt(line) is True
+    line.write_text("BOOT_IMAGE=/vmlinuz-6.8.0 root=UUID=1b2c3d4e ro quiet iommu=ptx\n")
+    assert read_iommu_pt(line) is False
+    assert read_iommu_pt(tmp_path / "absent") is None

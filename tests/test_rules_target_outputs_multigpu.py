@@ -61,7 +61,14 @@ def test_multi_gpu_notices_on_mi300x_without_iommu_pt_and_on_rdna3():
     assert "MI300X_PARTIAL_NODE" not in [f.code for f in eight.findings]
     assert "EXPANDABLE_SEGMENTS_OLD_ROCM" in [f.code for f in eight.findings]  # ROCm 6.4 < 7.0
     ctx = make_ctx("mi300x_8gpu")
-    four = ctx.snapshot.model_copy(update={"devices": ctx.snapshot.devices[:4], "kernel_cmdline": "ro quiet"})
+    four = ctx.snapshot.model_copy(update={"devices": ctx.snapshot.devices[:4], "iommu_pt": False})
     ctx = Context(snapshot=four, catalogue=ctx.catalogue, known_keys=ctx.known_keys)
     codes = [f.code for f in multi_gpu.multi_gpu_notices({}, {"OPTIM_TORCH": "0"}, ctx).findings]
     assert codes == ["IOMMU_PT_MISSING", "MI300X_PARTIAL_NODE"]
+
+
+def test_iommu_pt_unknown_is_not_reported_as_missing():
+    ctx = make_ctx("mi300x_8gpu")
+    unknown = ctx.snapshot.model_copy(update={"iommu_pt": None})
+    ctx = Context(snapshot=unknown, catalogue=ctx.catalogue, known_keys=ctx.known_keys)
+    assert "IOMMU_PT_MISSING" not in [f.code for f in multi_gpu.multi_gpu_notices({}, {}, ctx).findings]

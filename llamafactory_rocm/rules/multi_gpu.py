@@ -16,7 +16,7 @@ def multi_gpu_notices(config: Mapping[str, Any], env: Mapping[str, str], ctx: Co
     if not ctx.rocm or count < 2:
         return unchanged(config, env)
     findings = []
-    if snap.kernel_cmdline is not None and "iommu=pt" not in snap.kernel_cmdline.split():
+    if snap.iommu_pt is False:  # None: unknown (a planned target, or /proc/cmdline unreadable)
         findings.append(
             Finding(
                 code="IOMMU_PT_MISSING",
