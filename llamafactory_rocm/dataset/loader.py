@@ -12,6 +12,7 @@ the way the builder reads the file, plus the row pyarrow names.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import sys
@@ -66,10 +67,11 @@ def stream_tables(files: list[Path], num_proc: int | None = None, progress: bool
     """Every table the loader builds from ``files``, in load order; ``LoadError`` where it would stop."""
     from datasets.arrow_writer import ArrowWriter, SchemaInferenceError
 
-    with tempfile.TemporaryDirectory(prefix="lfr-load-") as cache:
+    with tempfile.TemporaryDirectory(prefix="lfr-load-") as cache, _quiet_datasets():
         builder, jobs = loader_jobs(files, num_proc, cache)
         chunk = builder.config.chunksize
         bar = _Progress(files, progress)
+        rows = 0
         try:
             for gen_kwargs in jobs:
                 job_files = [Path(p) for it in gen_kwargs["files"] for p in it]
@@ -80,6 +82,7 @@ def stream_tables(files: list[Path], num_proc: int | None = None, progress: bool
                         batch = cursor.advance(key, table)
                         _write(writer, batch)
                         bar.update(batch)
+                        rows += batch.table.num_rows
                         yield batch
                     writer.finalize()
                 except SchemaInferenceError:  # no table at all: the job's files are empty
@@ -91,7 +94,7 @@ def stream_tables(files: list[Path], num_proc: int | None = None, progress: bool
                     raise cursor.locate(err) from None
                 finally:
                     cursor._close()
-            if len(jobs) > 1:
+            if len(jobs) > 1 or not rows:  # merged, or read back with no rows: datasets' own reader decides
                 _merge(files, len(jobs), cache)
         finally:
             bar.close()
@@ -117,10 +120,29 @@ def _merge(files: list[Path], jobs: int, cache: str) -> None:
     import datasets
 
     try:
-        datasets.load_dataset("json", data_files=[str(f) for f in files], num_proc=jobs, cache_dir=cache, split="train")
+        with _quiet_datasets():
+            datasets.load_dataset(
+                "json", data_files=[str(f) for f in files], num_proc=jobs, cache_dir=cache, split="train"
+            )
     except Exception as err:
-        message = f"the files load in {jobs} processes and their tables do not merge: {_one_line(err)}"
-        raise LoadError(files[0].parent, None, message) from None
+        where = f"the files load in {jobs} processes and their tables do not merge: " if jobs > 1 else ""
+        raise LoadError(files[0] if len(files) == 1 else files[0].parent, None, where + _one_line(err)) from None
+
+
+@contextlib.contextmanager
+def _quiet_datasets() -> Iterator[None]:
+    """datasets' own error log and progress bars stay off: the one line we print says it."""
+    import datasets
+
+    level, bars = datasets.logging.get_verbosity(), datasets.utils.are_progress_bars_disabled()
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL)
+    datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        datasets.logging.set_verbosity(level)
+        if not bars:
+            datasets.enable_progress_bars()
 
 
 class _Cursor:
@@ -281,13 +303,24 @@ def _first_row_not_casting(batch: Batch, writer: Any) -> int | None:
         return True
 
     table = batch.table
-    if table.num_rows == 0 or casts(table.slice(0, table.num_rows)) or not casts(table.slice(0, 0)):
-        return None  # columns that differ fail on every row: the batch's first line is named
+    if table.num_rows == 0 or casts(table):
+        return None
+    if not casts(table.slice(0, 0)):  # the columns differ: name the first row with a column the first batch lacks
+        return _first_row_with(batch, [c for c in table.column_names if c not in writer._schema.names])
     low, high = 0, table.num_rows  # rows [0, low) cast; [0, high) does not
     while high - low > 1:
         middle = (low + high) // 2
         low, high = (middle, high) if casts(table.slice(0, middle)) else (low, middle)
     return batch.row_lines()[low] if low < table.num_rows else None
+
+
+def _first_row_with(batch: Batch, columns: list[str]) -> int | None:
+    import pyarrow.compute as pc
+
+    rows = [pc.index(pc.is_valid(batch.table[c]), True).as_py() for c in columns]
+    found = [r for r in rows if r is not None and r >= 0]
+    lines = batch.row_lines()
+    return lines[min(found)] if found else (lines[0] if lines else None)
 
 
 class _Progress:
