@@ -14,6 +14,7 @@ import math
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,7 +69,7 @@ def prepare(
             f"{target} already holds a tokenized dataset (LLaMA-Factory would load it and ignore the data). "
             "Pass --force to rebuild it, or name another with tokenized_path=..."
         )
-    with tempfile.TemporaryDirectory(prefix="lfr-prepare-") as scratch, contextlib.redirect_stdout(sys.stderr):
+    with tempfile.TemporaryDirectory(prefix="lfr-prepare-") as scratch, _logs_on_stderr():
         staging = target.parent / f".{target.name}.tmp"
         shutil.rmtree(staging, ignore_errors=True)
         run = _Run(config, Path(scratch), world_size)
@@ -80,6 +81,28 @@ def prepare(
     result.datasets = [{"name": n, "examples": c} for n, c in run.examples.items()]
     result.warnings += run.template_warnings()
     return result
+
+
+@contextlib.contextmanager
+def _logs_on_stderr() -> Iterator[None]:
+    """LLaMA-Factory prints examples and logs on stdout; stdout is kept for the report (--json)."""
+    import logging
+
+    from .._startup import text_only_llamafactory
+
+    with text_only_llamafactory():
+        from llamafactory.extras import logging as lf_logging
+
+    lf_logging.get_logger("llamafactory")  # its handler exists from here on
+    moved = [h for h in logging.getLogger("llamafactory").handlers if getattr(h, "stream", None) is sys.stdout]
+    for handler in moved:
+        handler.setStream(sys.stderr)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        for handler in moved:
+            handler.setStream(sys.stdout)
 
 
 def _default_path(config: dict[str, Any], cwd: Path) -> Path:
@@ -156,7 +179,7 @@ class _Run:
         messages = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]
         try:
             own = self.tokenizer.apply_chat_template(messages, chat_template=self.own_template, tokenize=True)
-            if isinstance(own, dict):  # newer transformers return a BatchEncoding
+            if hasattr(own, "keys"):  # newer transformers return a BatchEncoding
                 own = own["input_ids"]
         except Exception as err:
             return [f"the model's own chat template cannot be rendered ({_line(err)}); template {name!r} is used"]
