@@ -1,4 +1,5 @@
-"""Read a LLaMA-Factory config the way ``llamafactory-cli train`` does (YAML/JSON + key=value)."""
+"""Read a LLaMA-Factory config the way ``llamafactory-cli train`` does: a YAML/JSON file with
+``key=value`` overrides, or the plain ``--key value`` list its HfArgumentParser reads."""
 
 from __future__ import annotations
 
@@ -41,6 +42,40 @@ def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -
     if bad_keys:
         raise UsageError(f"config {path} has a key that is not a name: {bad_keys[0]!r}. Keys are LLaMA-Factory's.")
     return data  # type: ignore[return-value]
+
+
+CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def load_launch_args(tokens: list[str] | tuple[str, ...]) -> tuple[dict[str, Any], str | None]:
+    """What ``llamafactory-cli train`` takes, as (config, config path or None): ``cfg.yaml [key=value ...]``,
+    ``--key value ...`` (read by LLaMA-Factory's own parser, ``lf_schema``), or a file then flags."""
+    tokens = list(tokens)
+    if not tokens:
+        raise UsageError(
+            "give a config: a YAML/JSON file (`check my.yaml`) or LLaMA-Factory flags "
+            "(`check --stage sft --model_name_or_path ...`). Try `llamafactory-rocm presets list`."
+        )
+    first = tokens[0]
+    if not first.startswith("-") and "=" not in first:
+        if not first.endswith(CONFIG_SUFFIXES):
+            raise UsageError(
+                f"{first!r} is not a config file: llamafactory-cli takes a .yaml/.yml/.json file first, "
+                "or only --key value flags."
+            )
+        rest = tokens[1:]
+        flags_at = next((i for i, token in enumerate(rest) if token.startswith("--")), len(rest))
+        config = load_config(first, rest[:flags_at])
+        if flags_at < len(rest):  # `cfg.yaml key=value --key value`: the flags go last, on top
+            from .lf_schema import load_schema
+
+            config.update(load_schema().flags_to_config(rest[flags_at:]))
+        return config, first
+    if not first.startswith("--"):
+        raise UsageError(f"{first!r}: give the config file before key=value overrides (`cfg.yaml {first}`).")
+    from .lf_schema import load_schema
+
+    return load_schema().flags_to_config(tokens), None
 
 
 def dump_yaml(config: dict[str, Any]) -> str:

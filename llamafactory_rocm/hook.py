@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from ._startup import say
-from .errors import EXIT_FINDINGS
+from .errors import EXIT_FINDINGS, EXIT_USAGE, UsageError
 
 CHECKED_ENV = "LLAMAFACTORY_ROCM_CHECKED"
 # The LLaMA-Factory releases the test-suite runs against (README, "Tested range").
-TESTED_LLAMAFACTORY = ("0.9.5",)
+TESTED_LLAMAFACTORY = ("0.9.5", "0.9.6.dev0")
 
 
 def config_digest(config: dict[str, Any]) -> str:
@@ -33,7 +33,9 @@ def is_rank0() -> bool:
     return os.environ.get("RANK", "0") == "0"
 
 
-def _origin(args: object) -> tuple[str, str | None]:
+def _origin(args: object, raw: object) -> tuple[str, str | None]:
+    if args is None and isinstance(raw, list):
+        return "LLaMA-Factory flags (hook)", None
     if args is None and len(sys.argv) > 1 and sys.argv[1].endswith((".yaml", ".yml", ".json")):
         return "llamafactory-cli train (hook)", sys.argv[1]
     return "run_exp (hook)", None
@@ -55,6 +57,9 @@ def wrap_run_exp(original: Callable[..., Any]) -> Callable[..., Any]:
             prepared = prepare(args)
         except SystemExit:
             raise
+        except UsageError as err:  # bad flags or a bad LLAMAFACTORY_ROCM_ACCEPT: the user's to fix
+            say(str(err))
+            raise SystemExit(EXIT_USAGE) from None
         except Exception as exc:  # a bug or an unexpected LLaMA-Factory: never block training
             say(f"pre-launch check skipped ({type(exc).__name__}: {exc}); training continues unchecked.")
             return original(args, callbacks)
@@ -67,21 +72,26 @@ def wrap_run_exp(original: Callable[..., Any]) -> Callable[..., Any]:
     return run_exp
 
 
-def prepare(args: dict[str, Any] | None) -> tuple[dict[str, Any], Any] | None:
+def prepare(args: dict[str, Any] | list[str] | None) -> tuple[dict[str, Any], Any] | None:
     """Check and rewrite; return (resolved config, guard callback), or None to step aside."""
     from llamafactory.hparams import read_args
 
     raw = read_args(args)
-    if not isinstance(raw, dict) or "-h" in raw or "--help" in raw:
-        return None  # plain --flag lists and help: LLaMA-Factory handles them as usual
+    if isinstance(raw, list) and ("-h" in raw or "--help" in raw):
+        return None  # help: LLaMA-Factory prints its own
     from .guard import DivergenceGuard
-    from .prelaunch import check_config
+    from .lf_schema import load_schema
+    from .prelaunch import ACCEPT_ENV, check_config
     from .record import write_launch_files
     from .render import report_text
 
-    origin, config_path = _origin(args)
-    already_checked = os.environ.get(CHECKED_ENV) == config_digest(raw)
-    report = check_config(raw, config_path=config_path, plan_without_gpu=False)
+    origin, config_path = _origin(args, raw)
+    # The --key value form, read by LLaMA-Factory's own parser; each rank reads the same argv.
+    config = load_schema().flags_to_config(raw) if isinstance(raw, list) else raw
+    if not isinstance(config, dict):
+        return None
+    already_checked = os.environ.get(CHECKED_ENV) == config_digest(config)
+    report = check_config(config, config_path=config_path, plan_without_gpu=False, accept=os.environ.get(ACCEPT_ENV))
     os.environ.update(report.resolution.env_changes)
     if is_rank0() and not already_checked and (report.findings or not report.ok):
         print(report_text(report), file=sys.stderr, flush=True)

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from . import _startup
-from .config_io import load_config
+from .config_io import load_config, load_launch_args
 from .errors import EXIT_FINDINGS, EXIT_OK
 from .hook import CHECKED_ENV, config_digest
 from .prelaunch import Report, check_config
@@ -22,13 +22,25 @@ from .render import report_text
 
 
 def prepare_training(
-    config_path: str | Path,
-    overrides: list[str] = (),
+    launch_args: list[str] | tuple[str, ...] | str | Path,
     gpu: str | None = None,
-    arch: str | None = None,  # type: ignore[assignment]
+    arch: str | None = None,
+    accept: str | None = None,
 ) -> Report:
-    config = load_config(config_path, overrides)
-    return check_config(config, config_path=config_path, gpu=gpu, arch=arch, plan_without_gpu=False)
+    """Check what ``llamafactory-cli train`` would get (``cfg.yaml key=value ...`` or ``--key value ...``)
+    on this machine: a named target is a requirement here, not a plan."""
+    if isinstance(launch_args, (str, Path)):  # a config file alone
+        launch_args = [str(launch_args)]
+    config, config_path = load_launch_args(launch_args)
+    return check_config(
+        config, config_path=config_path, gpu=gpu, arch=arch, plan_without_gpu=False, accept=accept or _env_accept()
+    )
+
+
+def _env_accept() -> str | None:
+    from .prelaunch import ACCEPT_ENV
+
+    return os.environ.get(ACCEPT_ENV)
 
 
 HANDED_OVER = False  # True once LLaMA-Factory runs: its errors are its own, shown as it shows them
@@ -53,13 +65,13 @@ def hand_over(resolved_yaml: Path) -> int:
 
 
 def train(
-    config_path: str | Path,
-    overrides: list[str] = (),  # type: ignore[assignment]
+    launch_args: list[str] | tuple[str, ...] | str | Path,
     gpu: str | None = None,
     arch: str | None = None,
+    accept: str | None = None,
     origin: str = "llamafactory-rocm train",
 ) -> int:
-    report = prepare_training(config_path, overrides, gpu, arch)
+    report = prepare_training(launch_args, gpu, arch, accept)
     print(report_text(report), flush=True)
     if not report.ok:
         return EXIT_FINDINGS

@@ -1,9 +1,8 @@
-"""The set of keys LLaMA-Factory's train parser accepts.
+"""The shipped key list of LLaMA-Factory's train parser: the fallback when it cannot be imported.
 
-Importing ``llamafactory.hparams`` costs seconds (it imports transformers), so the key set of each
-tested LLaMA-Factory release ships as data (``data/train_keys.json``) and the live dataclasses are
-read only when the installed release is another one. ``tests/test_lf_keys.py`` keeps the shipped list
-equal to the live one.
+``lf_schema`` reads keys and value types from the installed LLaMA-Factory's own parser; this list
+(``data/train_keys.json``) serves only where that import fails. ``tests/test_startup_hook.py`` keeps it
+equal to the live parser's keys for the release it names.
 """
 
 from __future__ import annotations
@@ -11,7 +10,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-from functools import lru_cache
 from importlib import metadata, resources
 
 _DATA_FILE = "train_keys.json"
@@ -42,13 +40,11 @@ def shipped_train_keys() -> tuple[str, frozenset[str]]:
     return raw["llamafactory_version"], frozenset(raw["keys"])
 
 
-@lru_cache(maxsize=1)
 def train_keys() -> frozenset[str]:
-    version, keys = shipped_train_keys()
-    installed = installed_llamafactory_version()
-    if installed is None or installed == version:
-        return keys
-    return live_train_keys()
+    """The keys of the installed LLaMA-Factory's parser (``lf_schema``), or the shipped list without it."""
+    from .lf_schema import load_schema
+
+    return load_schema().keys
 
 
 def _write_shipped() -> None:

@@ -14,10 +14,12 @@ from typing import Any
 from .catalogue import Catalogue, base_arch, load_catalogue
 from .dataset import config_dataset_findings
 from .errors import UsageError
-from .findings import Finding, Level
-from .lf_keys import train_keys
+from .findings import Finding, Level, has_errors
+from .lf_schema import load_schema
+from .lf_verdict import DeviceAnswers, parser_verdict
 from .memory import model_config_for
 from .rules import Context, Resolution, Target, resolve
+from .rules.packages import missing_packages
 from .snapshot import Device, KfdNode, Snapshot, TorchBuild
 
 # Names LLaMA-Factory treats as final weights in output_dir (hparams/parser.py CHECKPOINT_NAMES).
@@ -65,36 +67,68 @@ class Report:
         }
 
 
+# A preset's first line, kept by `presets copy`: `# llamafactory-rocm: target gpu=mi300x arch=gfx942 gpus=1`.
+TARGET_HEADER = "# llamafactory-rocm: target"
+
+
+def header_target(config_path: str | Path) -> dict[str, str]:
+    """The ``key=value`` pairs of a config file's target header, or {} (also for unreadable files)."""
+    try:
+        with open(config_path, encoding="utf-8") as handle:
+            head = [handle.readline() for _ in range(5)]
+    except (OSError, UnicodeDecodeError):
+        return {}
+    for line in head:
+        if line.startswith(TARGET_HEADER):
+            pairs = (item.partition("=") for item in line[len(TARGET_HEADER) :].split())
+            return {key: value for key, eq, value in pairs if eq}
+    return {}
+
+
 def resolve_target(
     gpu: str | None = None,
     arch: str | None = None,
     config_path: str | Path | None = None,
     catalogue: Catalogue | None = None,
 ) -> Target | None:
-    """The GPU the user means: ``--gpu``/``--arch`` first, else a preset-style file name."""
+    """The GPU the user means: ``--gpu``/``--arch``, else the config's target header, else a
+    preset-style file name (a guess: a copied preset keeps its header, not always its name)."""
     catalogue = catalogue or load_catalogue()
     if gpu and arch:
         raise UsageError("give --gpu or --arch, not both.")
     if gpu:
-        found = catalogue.gpu(gpu)
-        if found is None:
-            near = ", ".join(catalogue.nearest_aliases(gpu)) or ", ".join(catalogue.aliases()[:6])
-            raise UsageError(f"unknown GPU {gpu!r}; nearest known: {near}. See `llamafactory-rocm presets list`.")
-        product, info = found
-        return Target(arch=info.target, alias=product.alias, named_by="--gpu")
+        return _gpu_target(gpu, "--gpu", catalogue)
     if arch:
         if catalogue.arch(arch) is None:
             near = catalogue.nearest_target(arch)
             hint = f" Did you mean {near}?" if near else ""
             raise UsageError(f"unknown arch {arch!r}.{hint} Known: {', '.join(sorted(catalogue.archs))}.")
         return Target(arch=base_arch(arch), alias=None, named_by="--arch")
-    if config_path is not None:
-        stem = Path(config_path).stem
-        found = catalogue.gpu(stem.split("_")[0]) if "_" in stem else None
-        if found is not None:
-            product, info = found
-            return Target(arch=info.target, alias=product.alias, named_by=f"file name {Path(config_path).name}")
+    if config_path is None:
+        return None
+    header = header_target(config_path)
+    name = Path(config_path).name
+    if header.get("gpu"):
+        return _gpu_target(header["gpu"], f"the target line of {name}", catalogue)
+    if header.get("arch") and catalogue.arch(header["arch"]) is not None:
+        return Target(arch=base_arch(header["arch"]), alias=None, named_by=f"the target line of {name}")
+    stem = Path(config_path).stem
+    found = catalogue.gpu(stem.split("_")[0]) if "_" in stem else None
+    if found is not None:
+        product, info = found
+        return Target(arch=info.target, alias=product.alias, named_by=f"file name {name}")
     return None
+
+
+def _gpu_target(gpu: str, named_by: str, catalogue: Catalogue) -> Target:
+    found = catalogue.gpu(gpu)
+    if found is None:
+        near = ", ".join(catalogue.nearest_aliases(gpu)) or ", ".join(catalogue.aliases()[:6])
+        raise UsageError(
+            f"unknown GPU {gpu!r} ({named_by}); nearest known: {near}. See `llamafactory-rocm presets list`."
+        )
+    product, info = found
+    return Target(arch=info.target, alias=product.alias, named_by=named_by)
 
 
 def planned_snapshot(target: Target, env: Mapping[str, str], catalogue: Catalogue | None = None) -> Snapshot:
@@ -147,6 +181,113 @@ def resolve_deepspeed_path(
     ]
 
 
+# Codes that LLaMA-Factory itself refuses: accepting them cannot make the run start.
+UNACCEPTABLE = frozenset({"UNKNOWN_KEY", "VALUE_INVALID", "LLAMAFACTORY_REFUSED", "PRECISION_CONFLICT"})
+ACCEPT_ENV = "LLAMAFACTORY_ROCM_ACCEPT"
+
+
+def parse_accept(value: str | None) -> frozenset[str]:
+    """``CODE[,CODE]`` (``--accept`` or LLAMAFACTORY_ROCM_ACCEPT) -> codes; LLaMA-Factory's own refusals cannot be."""
+    codes = frozenset(c.strip().upper() for c in (value or "").split(",") if c.strip())
+    refused = sorted(codes & UNACCEPTABLE)
+    if refused:
+        raise UsageError(
+            f"{', '.join(refused)} cannot be accepted: LLaMA-Factory itself refuses such a config, so the run "
+            "would not start. Fix the config instead (`llamafactory-rocm explain CODE`)."
+        )
+    return codes
+
+
+def installed_distributions() -> frozenset[str]:
+    """Names of the installed distributions, normalised (lowercase, '-' for '_')."""
+    from importlib import metadata
+
+    return frozenset((dist.metadata["Name"] or "").lower().replace("_", "-") for dist in metadata.distributions())
+
+
+def device_answers(snapshot: Snapshot) -> DeviceAnswers | None:
+    """The target's device answers for LLaMA-Factory's parser; None when the snapshot is this machine."""
+    if snapshot.source == "probe":
+        return None
+    rocm = snapshot.is_rocm
+    label = snapshot.source.removeprefix("planned: ").removesuffix(" from the catalogue")
+    return DeviceAnswers(label=label, bf16=rocm or snapshot.torch.kind == "cuda", tf32=snapshot.torch.kind == "cuda")
+
+
+def llamafactory_verdict(config: Mapping[str, Any], ctx: Context) -> list[Finding]:
+    """LLaMA-Factory's own get_train_args on the resolved config, as one finding when it refuses."""
+    answers = device_answers(ctx.snapshot)
+    parsed = dict(config)
+    notes: list[Finding] = []
+    if answers is not None:
+        # Packages stated as requirements for the target are not asked of this machine's parser.
+        for key in missing_packages(parsed, ctx.installed or frozenset()):
+            parsed.pop(key, None)
+        notes.append(
+            Finding(
+                code="PARSER_PLANNED",
+                level=Level.INFO,
+                message=answers.describe() + ".",
+                fix="Run check again on the machine that trains: it then asks the real device.",
+            )
+        )
+    verdict = parser_verdict(parsed, answers)
+    if verdict.accepted:
+        return notes
+    return [
+        *notes,
+        Finding(
+            code="LLAMAFACTORY_REFUSED",
+            level=Level.ERROR,
+            old=verdict.error_type,
+            message=f"LLaMA-Factory's own argument check refuses this config: {verdict.message}",
+            fix=refusal_fix(verdict.message),
+        ),
+    ]
+
+
+# LLaMA-Factory's and transformers' refusals, by the words they use, and what to do.
+_REFUSAL_FIXES = (
+    ("model_name_or_path", "Add model_name_or_path: a Hugging Face id or a local model folder."),
+    ("specify dataset", "Add dataset: a name from dataset_info.json (`llamafactory-rocm datasets list`)."),
+    ("eval_dataset", "Add eval_dataset, or val_size: 0.1, or remove do_eval/do_predict."),
+    ("predict_with_generate", "Remove predict_with_generate (SFT only), or add it where do_predict needs it."),
+    ("overwrite_output_dir", "Use a new output_dir, or remove the final weights from this one."),
+    ("fp16 and bf16", "Keep one of fp16 and bf16."),
+    ("Quantization", "quantization_bit needs finetuning_type: lora (or oft)."),
+    ("FORCE_TORCHRUN", "Set FORCE_TORCHRUN=1 in the environment to launch DeepSpeed through torchrun."),
+    ("distribution was not found", "Install the package LLaMA-Factory names, or remove the key that needs it."),
+)
+
+
+def refusal_fix(message: str) -> str:
+    for words, fix in _REFUSAL_FIXES:
+        if words.lower() in message.lower():
+            return fix
+    return "Change the config as LLaMA-Factory's message says, then run check again."
+
+
+def accept_findings(findings: list[Finding], accepted: frozenset[str]) -> list[Finding]:
+    """Errors the user accepted knowingly become warnings, marked as accepted (shown and recorded)."""
+    out = []
+    for finding in findings:
+        if finding.code in accepted and finding.level is Level.ERROR:
+            finding = finding.model_copy(update={"level": Level.WARNING, "message": f"(accepted) {finding.message}"})
+        out.append(finding)
+    taken = sorted({f.code for f in findings if f.code in accepted})
+    if taken:
+        out.append(
+            Finding(
+                code="FINDING_ACCEPTED",
+                level=Level.WARNING,
+                new=taken,
+                message=f"Accepted knowingly: {', '.join(taken)}; the run goes ahead despite them.",
+                fix="Nothing, if you meant it; remove them from --accept / LLAMAFACTORY_ROCM_ACCEPT otherwise.",
+            )
+        )
+    return out
+
+
 def check_config(
     config: Mapping[str, Any],
     *,
@@ -157,10 +298,14 @@ def check_config(
     env: Mapping[str, str] | None = None,
     plan_without_gpu: bool = True,
     extra_findings: tuple[Finding, ...] = (),
+    accept: frozenset[str] | str | None = None,
+    run_parser: bool = True,
 ) -> Report:
-    """Run every rule. With no ``snapshot`` the machine is probed; on a machine without a GPU a
-    named target is checked as planned (unless ``plan_without_gpu`` is False, as for training)."""
+    """Run every rule, then LLaMA-Factory's own argument check on the result. With no ``snapshot``
+    the machine is probed; on a machine without a GPU a named target is checked as planned (unless
+    ``plan_without_gpu`` is False, as for training). ``accept``: error codes the user accepts."""
     catalogue = load_catalogue()
+    accepted = parse_accept(accept) if isinstance(accept, str) or accept is None else frozenset(accept)
     target = resolve_target(gpu, arch, config_path, catalogue)
     if snapshot is None:
         from .probe import take_snapshot
@@ -174,16 +319,23 @@ def check_config(
     path_findings += dataset_findings
     if target is not None and not snapshot.devices and not snapshot.kfd_targets and plan_without_gpu:
         snapshot = planned_snapshot(target, env, catalogue)
+    schema = load_schema()
     ctx = Context(
         snapshot=snapshot,
         catalogue=catalogue,
-        known_keys=train_keys(),
+        known_keys=schema.keys,
         target=target,
         existing_outputs=existing_outputs(config.get("output_dir", "trainer_output")),
         model_config=model_config_for(str(config.get("model_name_or_path", ""))),
         extra_findings=(*extra_findings, *path_findings),
+        schema=schema if schema.parser is not None else None,
+        installed=installed_distributions(),
     )
     resolution = resolve(config, env, ctx)
+    findings = accept_findings(resolution.findings, accepted)
+    if run_parser and not has_errors(findings) and schema.parser is not None:
+        findings += llamafactory_verdict(resolution.config, ctx)
+    resolution = Resolution(resolution.config, resolution.env, resolution.env_changes, findings)
     return Report(
         input_config=input_config,
         resolution=resolution,

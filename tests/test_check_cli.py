@@ -1,5 +1,6 @@
 """``llamafactory-rocm check`` on good and bad input: one line, the documented exit code, nothing written."""
 
+import argparse
 import json
 import os
 import subprocess
@@ -30,8 +31,26 @@ def files_in(folder: Path) -> set[str]:
 
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
-    (tmp_path / "good.yaml").write_text("stage: sft\ndo_train: true\nfp16: true\noutput_dir: out\n")
+    (tmp_path / "good.yaml").write_text(GOOD_YAML)
     return tmp_path
+
+
+GOOD_YAML = """\
+stage: sft
+do_train: true
+model_name_or_path: meta-llama/Meta-Llama-3-8B-Instruct
+dataset: amd_finetune_qa
+dataset_dir: datasets
+template: llama3
+finetuning_type: lora
+fp16: true
+output_dir: out
+"""
+GOOD_FLAGS = [
+    "--stage", "sft", "--do_train", "--model_name_or_path", "meta-llama/Meta-Llama-3-8B-Instruct",
+    "--dataset", "amd_finetune_qa", "--dataset_dir", "datasets", "--template", "llama3",
+    "--finetuning_type", "lora", "--fp16", "--output_dir", "out",
+]  # fmt: skip
 
 
 def assert_one_line_usage_error(result: subprocess.CompletedProcess, *needles: str) -> None:
@@ -118,8 +137,55 @@ def test_json_output_shape(workdir):
     assert report["config"]["bf16"] is True
 
 
-def test_a_stray_flag_is_a_usage_error(workdir):
-    assert_one_line_usage_error(check(["good.yaml", "--gpus", "8"], workdir), "unrecognized arguments")
+def test_a_flag_llamafactory_does_not_have_is_an_unknown_key_with_the_closest_one(workdir):
+    result = check(["good.yaml", "--gpus", "8", "--json"], workdir)
+    assert result.returncode == 1, result.stderr
+    errors = [f for f in json.loads(result.stdout)["findings"] if f["level"] == "error"]
+    assert [f["code"] for f in errors] == ["UNKNOWN_KEY"]
+    assert "gpus" in errors[0]["message"]
+
+
+def test_the_flag_form_resolves_exactly_as_the_yaml_form(workdir):
+    from_yaml = json.loads(check(["good.yaml", "--json", "--gpu", "mi300x"], workdir).stdout)
+    from_flags = json.loads(check([*GOOD_FLAGS, "--json", "--gpu", "mi300x"], workdir).stdout)
+    assert from_yaml["ok"] and from_flags["ok"]
+    assert from_flags["config"] == from_yaml["config"]
+    assert [f["code"] for f in from_flags["findings"]] == [f["code"] for f in from_yaml["findings"]]
+
+
+def test_a_file_then_flags_puts_the_flags_on_top(workdir):
+    report = json.loads(check(["good.yaml", "learning_rate=2e-4", "--max_steps", "7", "--json"], workdir).stdout)
+    assert report["config"]["learning_rate"] == 2e-4 and report["config"]["max_steps"] == 7
+
+
+def test_a_bad_flag_value_is_a_finding_naming_key_value_and_type(workdir):
+    result = check([*GOOD_FLAGS, "--max_steps", "abc", "--bf16", "maybe", "--json"], workdir)
+    assert result.returncode == 1
+    errors = {f["code"]: f["message"] for f in json.loads(result.stdout)["findings"] if f["level"] == "error"}
+    assert list(errors) == ["VALUE_INVALID"] or set(errors) == {"VALUE_INVALID"}
+    messages = [f["message"] for f in json.loads(result.stdout)["findings"] if f["code"] == "VALUE_INVALID"]
+    assert any("max_steps: 'abc' is not a whole number" in m for m in messages)
+    assert any("bf16: 'maybe' is not true or false" in m for m in messages)
+
+
+def test_a_positional_word_among_flags_is_one_line_exit_2(workdir):
+    # `llamafactory-rocm train --stage sft` once took `sft` as the config path.
+    assert_one_line_usage_error(check(["sft", "--stage", "sft"], workdir), "not a config file")
+
+
+def test_our_own_options_are_never_llamafactory_keys():
+    from llamafactory_rocm.cli._args import OWN_OPTIONS
+    from llamafactory_rocm.cli.main import build_parser
+    from llamafactory_rocm.lf_schema import load_schema
+
+    keys = load_schema().keys
+    assert load_schema().parser is not None
+    parser = build_parser()
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name in ("check", "train"):
+        options = {o.lstrip("-") for a in subs.choices[name]._actions for o in a.option_strings}
+        assert set(OWN_OPTIONS) <= options
+        assert not (options - {"h", "help"}) & keys, name
 
 
 def test_a_file_that_cannot_be_read_is_one_line_with_exit_2(workdir):

@@ -88,20 +88,36 @@ def test_checkpointing_and_zero3_sharding_lower_the_estimate():
     assert plain.trainable_state_gib + plain.weights_gib == pytest.approx(18 * n / 2**30, rel=0.01)
 
 
-def test_check_on_rx7900xtx_with_a_batch_that_cannot_fit_suggests_one_that_does():
+def test_check_on_rx7900xtx_with_a_batch_that_cannot_fit_is_refused_naming_one_that_does():
     cfg = load("rx7900xtx_llama3_lora", overrides={"per_device_train_batch_size": 8})
     report = check_config(cfg, gpu="rx7900xtx")
+    (over,) = [f for f in report.findings if f.code == "MEMORY_OVER_DEVICE"]
+    assert over.level is Level.ERROR and not report.ok
+    assert over.new == 1 and "per_device_train_batch_size: 1" in over.fix
+    fitted = check_config({**cfg, "per_device_train_batch_size": over.new}, gpu="rx7900xtx")
+    assert fitted.ok and not [f for f in fitted.findings if f.code.startswith("MEMORY_OVER")]
+
+
+def test_between_90_and_100_percent_of_the_device_is_a_warning():
+    cfg = load("rx7900xtx_llama3_lora", overrides={"cutoff_len": 4096})  # about 22.4 of 24 GiB
+    report = check_config(cfg, gpu="rx7900xtx")
     (warn,) = [f for f in report.findings if f.code == "MEMORY_OVER_BUDGET"]
-    assert warn.level is Level.WARNING
-    assert warn.new == 1 and "per_device_train_batch_size: 1" in warn.fix
-    fitted = check_config({**cfg, "per_device_train_batch_size": warn.new}, gpu="rx7900xtx")
-    assert "MEMORY_OVER_BUDGET" not in [f.code for f in fitted.findings]
+    assert warn.level is Level.WARNING and report.ok
 
 
 def test_when_no_batch_fits_it_points_at_qlora():
     cfg = load("rx7900xtx_llama3_lora", overrides={"per_device_train_batch_size": 1, "cutoff_len": 8192})
-    (warn,) = [f for f in check_config(cfg, gpu="rx7900xtx").findings if f.code == "MEMORY_OVER_BUDGET"]
-    assert warn.new is None and "quantization_bit: 4" in warn.fix
+    (over,) = [f for f in check_config(cfg, gpu="rx7900xtx").findings if f.code == "MEMORY_OVER_DEVICE"]
+    assert over.new is None and "quantization_bit: 4" in over.fix
+
+
+def test_a_memory_refusal_accepted_knowingly_is_shown_and_goes_ahead():
+    cfg = load("rx7900xtx_llama3_lora", overrides={"per_device_train_batch_size": 8})
+    report = check_config(cfg, gpu="rx7900xtx", accept="MEMORY_OVER_DEVICE")
+    assert report.ok
+    (over,) = [f for f in report.findings if f.code == "MEMORY_OVER_DEVICE"]
+    assert over.level is Level.WARNING and over.message.startswith("(accepted)")
+    assert [f.new for f in report.findings if f.code == "FINDING_ACCEPTED"] == [["MEMORY_OVER_DEVICE"]]
 
 
 def test_unknown_model_gives_no_estimate():

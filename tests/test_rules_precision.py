@@ -52,12 +52,23 @@ def test_bf16_on_mi50_warns_that_torch_reports_it_supported_anyway():
     assert precision.warn_bf16_without_matrix_units({"bf16": True}, {}, make_ctx("mi300x")).findings == []
 
 
-def test_pure_bf16_is_dropped_only_where_bf16_is_not_real():
-    dropped = precision.pure_bf16_only_where_real({"pure_bf16": True}, {}, make_ctx("mi50"))
-    assert dropped.config["pure_bf16"] is False
-    assert dropped.findings[0].code == "PURE_BF16_DROPPED"
+def test_pure_bf16_is_refused_where_bf16_is_not_real_never_quietly_dropped():
+    refused = precision.pure_bf16_only_where_real({"pure_bf16": True}, {}, make_ctx("mi50"))
+    assert refused.config["pure_bf16"] is True  # not turned into fp32 training behind the user's back
+    assert [(f.code, f.level) for f in refused.findings] == [("PURE_BF16_UNSUPPORTED", Level.ERROR)]
     kept = precision.pure_bf16_only_where_real({"pure_bf16": True}, {}, make_ctx("mi300x"))
     assert kept.config["pure_bf16"] is True and kept.findings == []
+
+
+@pytest.mark.parametrize(
+    "snapshot, keep, drop", [("mi300x", "bf16", "fp16"), ("mi50", "fp16", "bf16"), ("cpu_only", "bf16", "fp16")]
+)
+def test_fp16_and_bf16_together_are_refused_naming_the_one_to_keep(snapshot, keep, drop):
+    step = precision.one_half_precision({"fp16": True, "bf16": True}, {}, make_ctx(snapshot))
+    (finding,) = step.findings
+    assert finding.code == "PRECISION_CONFLICT" and finding.level is Level.ERROR
+    assert finding.key == drop and f"keep {keep}: true" in finding.fix
+    assert precision.one_half_precision({"fp16": False, "bf16": True}, {}, make_ctx(snapshot)).findings == []
 
 
 def test_string_booleans_from_dict_users_count():

@@ -1,13 +1,28 @@
-"""Arguments shared by the subcommands that take a LLaMA-Factory config."""
+"""Arguments shared by the subcommands that take a LLaMA-Factory config.
+
+They take what ``llamafactory-cli train`` takes (``cfg.yaml key=value ...`` or ``--key value ...``):
+everything that is not one of our own options below is LLaMA-Factory's, so our option names must
+never be LLaMA-Factory keys (``tests/test_check_cli.py`` holds them apart).
+"""
 
 from __future__ import annotations
 
 import argparse
 
+LAUNCH_ARGS_USAGE = "CONFIG.yaml [key=value ...] | --key value ..."
+OWN_OPTIONS = ("gpu", "arch", "accept")
+
 
 def add_config_arguments(p: argparse.ArgumentParser, gpu_help: str, arch_help: str) -> None:
-    p.add_argument("config", help="LLaMA-Factory YAML/JSON config")
-    p.add_argument("overrides", nargs="*", metavar="key=value")
+    p.usage = f"%(prog)s {LAUNCH_ARGS_USAGE} [options]"
     target = p.add_mutually_exclusive_group()
     target.add_argument("--gpu", help=gpu_help)
     target.add_argument("--arch", help=arch_help)
+    p.add_argument(
+        "--accept",
+        metavar="CODE[,CODE]",
+        help="go ahead despite these error findings, knowingly (e.g. MEMORY_OVER_DEVICE); they are shown and "
+        "recorded. For llamafactory-cli: LLAMAFACTORY_ROCM_ACCEPT=CODE,...",
+    )
+    # Everything else on the line is LLaMA-Factory's (main.py hands it over as args.launch_args).
+    p.set_defaults(takes_launch_args=True)

@@ -1,4 +1,4 @@
-"""``llamafactory-rocm check CONFIG [key=value ...] [--gpu NAME | --arch gfxNNN] [--json]``."""
+"""``llamafactory-rocm check CONFIG [key=value ...] | --key value ...  [--gpu NAME | --arch gfxNNN] [--json]``."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from ..config_io import load_config
+from ..config_io import load_launch_args
 from ..errors import EXIT_FINDINGS, EXIT_OK
 from ..prelaunch import check_config
 from ..render import report_text
@@ -27,9 +27,11 @@ def register(subs: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    config = load_config(args.config, args.overrides)
+    config, config_path = load_launch_args(args.launch_args)
     snapshot = load_snapshot(args.snapshot) if args.snapshot else None
-    report = check_config(config, snapshot=snapshot, gpu=args.gpu, arch=args.arch, config_path=args.config)
+    report = check_config(
+        config, snapshot=snapshot, gpu=args.gpu, arch=args.arch, config_path=config_path, accept=args.accept
+    )
     if args.json:
         print(json.dumps(report.as_json(), indent=2, default=str))
     else:

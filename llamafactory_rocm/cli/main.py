@@ -8,9 +8,9 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import DEBUG_ENV, EXIT_INTERNAL, EXIT_USAGE, UsageError
-from . import check_cmd, datasets_cmd, demo_cmd, doctor_cmd, explain_cmd, presets_cmd, train_cmd
+from . import check_cmd, datasets_cmd, demo_cmd, doctor_cmd, explain_cmd, prepare_cmd, presets_cmd, train_cmd
 
-SUBCOMMANDS = (check_cmd, train_cmd, presets_cmd, datasets_cmd, doctor_cmd, demo_cmd, explain_cmd)
+SUBCOMMANDS = (check_cmd, train_cmd, prepare_cmd, presets_cmd, datasets_cmd, doctor_cmd, demo_cmd, explain_cmd)
 
 
 class _Parser(argparse.ArgumentParser):

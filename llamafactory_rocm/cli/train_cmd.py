@@ -1,4 +1,4 @@
-"""``llamafactory-rocm train CONFIG [key=value ...]``: check, refuse on errors, launch LLaMA-Factory."""
+"""``llamafactory-rocm train CONFIG [key=value ...] | --key value ...``: check, refuse, launch LLaMA-Factory."""
 
 from __future__ import annotations
 
@@ -18,4 +18,4 @@ def register(subs: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..launch import train
 
-    return train(args.config, args.overrides, gpu=args.gpu, arch=args.arch)
+    return train(args.launch_args, gpu=args.gpu, arch=args.arch, accept=args.accept)

@@ -11,13 +11,26 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..findings import Finding, has_errors
-from . import blog_keys, kernels, memory_fit, multi_gpu, outputs, precision, rocm_arch_env, target, torch_build
+from . import (
+    blog_keys,
+    kernels,
+    memory_fit,
+    multi_gpu,
+    outputs,
+    packages,
+    precision,
+    rocm_arch_env,
+    target,
+    torch_build,
+    values,
+)
 from .base import Config, Context, Env, Rule, Step, Target
 
 RULES: tuple[Rule, ...] = (
     blog_keys.rewrite_compute_dtype,
     blog_keys.drop_backend,
     blog_keys.refuse_unknown_keys,
+    values.refuse_unconvertible_values,
     target.check_target,
     torch_build.require_rocm_torch,
     torch_build.require_kernels_for_devices,
@@ -27,10 +40,12 @@ RULES: tuple[Rule, ...] = (
     precision.bf16_on_cpu_needs_use_cpu,
     precision.warn_bf16_without_matrix_units,
     precision.pure_bf16_only_where_real,
+    precision.one_half_precision,
     kernels.drop_tf32,
     kernels.flash_attn_where_supported,
     kernels.sdpa_kernel_notice,
     kernels.bitsandbytes_for_qlora,
+    packages.require_packages,
     outputs.protect_existing_checkpoints,
     multi_gpu.multi_gpu_notices,
     memory_fit.memory_fit,

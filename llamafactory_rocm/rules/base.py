@@ -40,6 +40,15 @@ class Context:
     model_config: Mapping[str, Any] | None = None
     # findings computed outside the rule chain (dataset validation)
     extra_findings: tuple[Finding, ...] = field(default_factory=tuple)
+    # LLaMA-Factory's argument schema (lf_schema.Schema): value types and choices; None: keys only
+    schema: Any = None
+    # distribution names installed here (lowercase, "-" for "_"); None when not read
+    installed: frozenset[str] | None = None
+
+    @property
+    def planned(self) -> bool:
+        """The snapshot is not this machine (planned target or recorded file)."""
+        return self.snapshot.source != "probe"
 
     @property
     def rocm(self) -> bool:

@@ -1,4 +1,4 @@
-"""Will the run fit in device memory? Warn above 90% of the smallest device and say what fits."""
+"""Will the run fit in device memory? Above the device it is refused, above 90% a warning; both say what fits."""
 
 from __future__ import annotations
 
@@ -54,6 +54,20 @@ def memory_fit(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) 
         fix = "Use QLoRA (quantization_bit: 4, bitsandbytes >= 0.49) or lower cutoff_len."
     else:
         fix = "Lower cutoff_len or use a GPU with more memory."
+    if est.total_gib > device_gib:  # not a risk but a certainty: the allocator cannot place it
+        return unchanged(
+            config,
+            env,
+            Finding(
+                code="MEMORY_OVER_DEVICE",
+                level=Level.ERROR,
+                old=round(est.total_gib, 1),
+                new=batch,
+                message=f"Estimated peak {est.total_gib:.1f} GiB is more than the {device_gib:.1f} GiB device "
+                f"({breakdown}): the run would stop with out-of-memory.",
+                fix=fix + " If you know better than the estimate, --accept MEMORY_OVER_DEVICE.",
+            ),
+        )
     return unchanged(
         config,
         env,

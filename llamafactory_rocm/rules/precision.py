@@ -3,8 +3,8 @@
 fp16 on ROCm overflows to NaN where bf16 converges: gfx90a fp16 MFMA flushes denormals and, with
 torch >= 2.7, hipBLASLt skips the fp16 backward workaround (pytorch/pytorch#182952); NaN with fp16 on
 7900 XTX (jax-ml/jax#21187). ``torch.cuda.is_bf16_supported()`` is True on every ROCm build, so the
-decision comes from the catalogue, not from torch (rocm-facts.md F4, F5).
-On CPU, fp16 is a silent no-op and bf16 needs ``use_cpu: true`` (llamafactory-facts.md).
+decision comes from the catalogue, not from torch (docs/rocm-facts.md#f4, docs/rocm-facts.md#f5).
+On CPU, fp16 is a silent no-op and bf16 needs ``use_cpu: true`` (docs/rocm-facts.md#l4, docs/rocm-facts.md#l5).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def _bf16_verdict(ctx: Context) -> tuple[str, str]:
 
 
 def fp16_risk(archs: list[str]) -> str:
-    """The recorded fp16 failure for these archs (rocm-facts.md F5)."""
+    """The recorded fp16 failure for these archs (docs/rocm-facts.md#f5)."""
     if "gfx90a" in archs:
         return "diverges silently on gfx90a (denormal flush; hipBLASLt skips the fp16 backward fix, pytorch#182952)"
     if any(a.startswith("gfx11") for a in archs):
@@ -139,23 +139,42 @@ def warn_bf16_without_matrix_units(config: Mapping[str, Any], env: Mapping[str, 
 
 
 def pure_bf16_only_where_real(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
+    """pure_bf16 on a card without bf16 matrix units is refused, not quietly turned into fp32 training."""
     if not (ctx.rocm and truthy(config.get("pure_bf16", False))):
         return unchanged(config, env)
     verdict, why = _bf16_verdict(ctx)
     if verdict in {"real", "slow"}:
         return unchanged(config, env)
-    return Step(
-        {**config, "pure_bf16": False},
-        dict(env),
-        [
-            Finding(
-                code="PURE_BF16_DROPPED",
-                level=Level.CHANGE,
-                key="pure_bf16",
-                old=config.get("pure_bf16"),
-                new=False,
-                message=f"pure_bf16 keeps every weight and gradient in bf16, but {why}.",
-                fix="Set pure_bf16: false; mixed precision (bf16 or fp16 autocast) stays as configured.",
-            )
-        ],
+    return unchanged(
+        config,
+        env,
+        Finding(
+            code="PURE_BF16_UNSUPPORTED",
+            level=Level.ERROR,
+            key="pure_bf16",
+            old=config.get("pure_bf16"),
+            message=f"pure_bf16 keeps every weight and gradient in bf16, but {why}: torch would emulate it "
+            "(it reports bf16 on every ROCm GPU), slowly and without the matrix units' accuracy.",
+            fix="Remove pure_bf16 and train with fp16: true (mixed precision), or use a GPU with bf16 matrix units.",
+        ),
+    )
+
+
+def one_half_precision(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
+    """fp16 and bf16 both on: transformers refuses ("At most one of fp16 and bf16"); say which to keep."""
+    if not (truthy(config.get("fp16", False)) and truthy(config.get("bf16", False))):
+        return unchanged(config, env)
+    verdict, why = _bf16_verdict(ctx) if ctx.rocm else ("real", "")
+    keep, drop = ("bf16", "fp16") if verdict in {"real", "slow"} else ("fp16", "bf16")
+    reason = why or f"{keep} is the one this machine runs well"
+    return unchanged(
+        config,
+        env,
+        Finding(
+            code="PRECISION_CONFLICT",
+            level=Level.ERROR,
+            key=drop,
+            message="fp16 and bf16 are both true; transformers refuses that ('At most one of fp16 and bf16').",
+            fix=f"Remove {drop}: true and keep {keep}: true ({reason}).",
+        ),
     )

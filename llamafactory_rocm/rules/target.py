@@ -1,4 +1,4 @@
-"""The GPU a config names (``--gpu``, ``--arch`` or a preset's file name) must be the one present."""
+"""The GPU a config names (``--gpu``, ``--arch``, its target line or a preset's file name) must be the one present."""
 
 from __future__ import annotations
 
@@ -26,15 +26,21 @@ def check_target(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context
             ),
         )
     if not ctx.snapshot.devices:
+        # A target named on purpose (--gpu/--arch, the config's target line) pins the run to that GPU;
+        # a file name only suggests one.
+        guessed = target.named_by.startswith("file name")
         return unchanged(
             config,
             env,
             Finding(
                 code="TARGET_ABSENT",
-                level=Level.WARNING,
-                message=f"The config is meant for {label} ({target.arch}, {target.named_by}) but this "
-                "machine has no GPU, so it runs on the CPU.",
-                fix="Expected for a smoke test; on the real machine nothing is needed.",
+                level=Level.WARNING if guessed else Level.ERROR,
+                message=f"The config is meant for {label} ({target.arch}, named by {target.named_by}) but this "
+                "machine has no GPU, so it would run on the CPU.",
+                fix="Expected for a smoke test; on the real machine nothing is needed."
+                if guessed
+                else "Train on that GPU; for a CPU smoke test pass --accept TARGET_ABSENT "
+                "(LLAMAFACTORY_ROCM_ACCEPT=TARGET_ABSENT for llamafactory-cli), or delete the target line.",
             ),
         )
     present = ctx.snapshot.gpu_base_archs

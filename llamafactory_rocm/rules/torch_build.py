@@ -1,4 +1,7 @@
-"""Is the installed torch a ROCm build with kernels for every visible GPU? (rocm-facts.md F1, F2)"""
+"""Is the installed torch a ROCm build with kernels for every visible GPU?
+
+Sources: docs/rocm-facts.md#f1, docs/rocm-facts.md#f2.
+"""
 
 from __future__ import annotations
 

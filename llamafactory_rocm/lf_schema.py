@@ -1,0 +1,182 @@
+"""LLaMA-Factory's own argument schema: the keys, the value types and the flag form, from its parser.
+
+Everything here asks the ``HfArgumentParser`` that ``get_train_args`` builds over the installed
+LLaMA-Factory's (and transformers') argument dataclasses, so the key set and the conversions are
+those of the release that will train, including keys that only some transformers versions have
+(``ddp_static_graph``). The shipped key list (``lf_keys``) is used only when LLaMA-Factory cannot
+be imported; then values are not checked.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from .errors import UsageError
+
+
+@dataclass(frozen=True)
+class ValueProblem:
+    key: str
+    value: Any
+    expected: str
+
+
+@dataclass(frozen=True)
+class Schema:
+    keys: frozenset[str]
+    source: str  # what the keys were read from, for the report
+    parser: Any = None  # transformers.HfArgumentParser over LLaMA-Factory's _TRAIN_ARGS, or None
+
+    def value_problems(self, config: Mapping[str, Any]) -> list[ValueProblem]:
+        """Each value the command-line parser would refuse (``--key value``): type, choice or list."""
+        if self.parser is None:
+            return []
+        problems = []
+        for key, value in config.items():
+            action = self.parser._option_string_actions.get(f"--{key}")
+            if action is None or value is None:
+                continue
+            values = value if isinstance(value, list) and action.nargs in ("+", "*") else [value]
+            for item in values:
+                if not _converts(action, item):
+                    problems.append(ValueProblem(key, value, _expected(action)))
+                    break
+        return problems
+
+    def flags_to_config(self, argv: Sequence[str]) -> dict[str, Any]:
+        """``--key value`` / ``--key`` / ``--no_key`` as LLaMA-Factory's parser reads them, keeping
+        only the keys given. Flags it does not know are kept as strings (``--backend pt``) so the
+        rules can translate or refuse them with the closest real key."""
+        if self.parser is None:
+            raise UsageError(
+                "the --key value form needs LLaMA-Factory importable here to read it as its parser does; "
+                "install it (README) or write the keys into a YAML file."
+            )
+        return _parse_given(self.parser, list(argv))
+
+
+def _converts(action: argparse.Action, value: Any) -> bool:
+    text = value if isinstance(value, str) else _cli_text(value)
+    convert = action.type or (lambda s: s)
+    try:
+        converted = convert(text)
+    except (TypeError, ValueError, argparse.ArgumentTypeError):
+        return False
+    return action.choices is None or converted in action.choices
+
+
+def _cli_text(value: Any) -> str:
+    """How a YAML value reads on the command line: ``True`` -> ``true``, 2 -> ``2``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _expected(action: argparse.Action) -> str:
+    kind = action.type
+    name = getattr(kind, "__name__", "")
+    if action.choices is not None:
+        return "one of: " + ", ".join(str(c) for c in action.choices)
+    if name == "string_to_bool":
+        return "true or false"
+    if kind is int:
+        return "a whole number"
+    if kind is float:
+        return "a number"
+    return f"a value {name or 'of the right type'}"
+
+
+class _Refused(Exception):
+    pass
+
+
+def _parse_given(parser: Any, argv: list[str]) -> dict[str, Any]:
+    """Run the real parser with every default suppressed, so only the flags given come back, and with
+    conversion deferred, so a bad value becomes a finding naming it (``value_problems``), not an exit."""
+    saved = [(a, a.default, a.required, a.type, a.choices) for a in parser._actions]
+    saved_error = parser.error
+
+    def refuse(message: str) -> None:
+        raise _Refused(message)
+
+    try:
+        for action in parser._actions:
+            action.default, action.required, action.type, action.choices = argparse.SUPPRESS, False, None, None
+        parser.error = refuse
+        namespace, unknown = parser.parse_known_args(argv)
+    except _Refused as exc:
+        raise UsageError(f"LLaMA-Factory's parser refuses these flags: {exc}.") from None
+    finally:
+        for action, default, required, kind, choices in saved:
+            action.default, action.required, action.type, action.choices = default, required, kind, choices
+        parser.error = saved_error
+    given = {key: _convert(parser, key, value) for key, value in vars(namespace).items() if key != "help"}
+    given.update(_unknown_flags(unknown))
+    return given
+
+
+def _convert(parser: Any, key: str, value: Any) -> Any:
+    """The parser's own conversion of a given string (or list of strings); the raw text if it fails."""
+    if isinstance(value, list):
+        return [_convert(parser, key, item) for item in value]
+    action = parser._option_string_actions.get(f"--{key}")
+    if not isinstance(value, str) or action is None or action.type is None or not _converts(action, value):
+        return value
+    return action.type(value)
+
+
+def _unknown_flags(tokens: list[str]) -> dict[str, Any]:
+    """Flags LLaMA-Factory does not have: ``--key value`` -> "value", a bare ``--key`` -> True."""
+    import yaml
+
+    found: dict[str, Any] = {}
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        if not token.startswith("--") or len(token) == 2:
+            raise UsageError(
+                f"{token!r} is neither a --key nor the value of one. Give a config file first "
+                "(`cfg.yaml key=value ...`) or only --key value pairs, as llamafactory-cli does."
+            )
+        key, eq, value = token[2:].partition("=")
+        if not eq:
+            has_value = i + 1 < len(tokens) and not tokens[i + 1].startswith("--")
+            value = tokens[i + 1] if has_value else "true"
+            i += 1 if has_value else 0
+        try:
+            found[key] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            found[key] = value
+        i += 1
+    return found
+
+
+@lru_cache(maxsize=1)
+def load_schema() -> Schema:
+    """The installed LLaMA-Factory's train schema (seconds: it imports transformers), or the shipped keys."""
+    try:
+        from transformers import HfArgumentParser
+
+        from ._startup import text_only_llamafactory
+
+        with text_only_llamafactory():
+            from llamafactory.hparams import parser as lf_parser
+
+        hf_parser = HfArgumentParser(lf_parser._TRAIN_ARGS)
+    except Exception as exc:  # not installed or broken: the shipped list, and say so
+        from .lf_keys import shipped_train_keys
+
+        version, keys = shipped_train_keys()
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return Schema(keys, f"shipped key list of llamafactory {version} (LLaMA-Factory not importable: {reason})")
+    keys = frozenset(
+        action.dest for action in hf_parser._actions if action.dest != "help" and not action.dest.startswith("no_")
+    )
+    # `--no_x` actions share dest x; every dest is a dataclass field name
+    from .lf_keys import installed_llamafactory_version
+
+    return Schema(keys, f"llamafactory {installed_llamafactory_version()}", hf_parser)

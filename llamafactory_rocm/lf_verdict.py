@@ -1,0 +1,117 @@
+"""LLaMA-Factory's own verdict on a resolved config: its ``get_train_args``, run before launch.
+
+``get_train_args`` is where LLaMA-Factory and transformers refuse a config (cross-field rules,
+precision, missing packages, output directory): running it here means ``check`` cannot say
+"ready to launch" for a config the trainer then refuses. It loads no model or tokenizer and
+writes nothing. Its log lines are silenced for the call and the environment is restored after.
+
+When the check plans for a machine that is not this one (``--gpu``, ``--arch``, a recorded
+snapshot), the few answers that depend on the device are the target's, from recorded facts
+(docs/rocm-facts.md#f4, #f6): bf16 is reported as supported on every ROCm GPU, tf32 on none, and
+DeepSpeed's world is not built here (its JSON needs DeepSpeed and torchrun on the target).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class DeviceAnswers:
+    """What the target machine's torch would answer where the parser asks the device."""
+
+    label: str
+    bf16: bool  # torch.cuda.is_bf16_supported(): True on every ROCm build (docs/rocm-facts.md#f4)
+    tf32: bool  # transformers' is_torch_tf32_available(): False without CUDA (docs/rocm-facts.md#f6)
+
+    def describe(self) -> str:
+        return (
+            f"LLaMA-Factory's parser ran with {self.label}'s answers: bf16 supported: {self.bf16}, "
+            f"tf32: {self.tf32}; a deepspeed: JSON is checked on the target (it needs DeepSpeed and torchrun)"
+        )
+
+
+@dataclass(frozen=True)
+class Verdict:
+    accepted: bool
+    message: str = ""  # LLaMA-Factory's (or transformers') own words when refused
+    error_type: str = ""
+
+
+def parser_verdict(config: Mapping[str, Any], answers: DeviceAnswers | None = None) -> Verdict:
+    """Run ``get_train_args`` on a copy of ``config``; ``answers`` stand in for a planned device."""
+    from ._startup import text_only_llamafactory
+
+    with text_only_llamafactory():
+        from llamafactory.hparams import get_train_args
+
+    args = dict(config)
+    if answers is not None:
+        args.pop("deepspeed", None)
+    with _quiet(), _restored_environ(), _device_answers(answers):
+        try:
+            get_train_args(args)
+        except SystemExit as exc:  # argparse-style exits inside the parser
+            return Verdict(False, f"the parser exited ({exc.code})", "SystemExit")
+        except Exception as exc:
+            text = " ".join(str(exc).split()) or type(exc).__name__
+            return Verdict(False, text, type(exc).__name__)
+    return Verdict(True)
+
+
+@contextlib.contextmanager
+def _restored_environ() -> Iterator[None]:
+    saved = dict(os.environ)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """LLaMA-Factory and transformers log at info while parsing; the check prints its own report."""
+    import transformers
+
+    os.environ["LLAMAFACTORY_VERBOSITY"] = "ERROR"  # read by get_train_args to set transformers' level
+    verbosity = transformers.utils.logging.get_verbosity()
+    lf_logger = logging.getLogger("llamafactory")
+    level = lf_logger.level
+    lf_logger.setLevel(logging.ERROR)
+    transformers.utils.logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        lf_logger.setLevel(level)
+        transformers.utils.logging.set_verbosity(verbosity)
+
+
+@contextlib.contextmanager
+def _device_answers(answers: DeviceAnswers | None) -> Iterator[None]:
+    """Swap in the target's answers where transformers and LLaMA-Factory ask the device."""
+    if answers is None:
+        yield
+        return
+    import transformers.training_args as hf_args
+    from llamafactory.hparams import parser as lf_parser
+
+    patches = [
+        (hf_args, "is_torch_bf16_gpu_available", lambda: answers.bf16),
+        (lf_parser, "is_torch_bf16_gpu_available", lambda: answers.bf16),
+        (hf_args, "is_torch_tf32_available", lambda: answers.tf32),
+    ]
+    saved = [(module, name, getattr(module, name)) for module, name, _ in patches if hasattr(module, name)]
+    try:
+        for module, name, answer in patches:
+            if hasattr(module, name):
+                setattr(module, name, answer)
+        yield
+    finally:
+        for module, name, original in saved:
+            setattr(module, name, original)
