@@ -37,7 +37,16 @@ def texts_from_dataset(path: Path) -> Iterator[str]:
             yield from (str(row.get(k, "")) for k in ("instruction", "input", "output"))
 
 
-def build_tiny_model(out_dir: Path, texts: Iterable[str], vocab_size: int = 460, seed: int = 0) -> Path:
+def build_tiny_model(
+    out_dir: Path,
+    texts: Iterable[str],
+    vocab_size: int = 460,
+    seed: int = 0,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    intermediate_size: int = 128,
+    num_heads: int = 4,
+) -> Path:
     """Write a loadable tiny LlamaForCausalLM + fast tokenizer to ``out_dir``; return it."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -65,11 +74,11 @@ def build_tiny_model(out_dir: Path, texts: Iterable[str], vocab_size: int = 460,
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=4,
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_heads,
         max_position_embeddings=512,
         initializer_range=0.2,
         bos_token_id=tokenizer.bos_token_id,
