@@ -77,6 +77,8 @@ def tiny_train_config(model: Path, output_dir: Path, **overrides: object) -> dic
     config = demo_config(model, output_dir, max_steps=16)
     for blog_key in ("fp16", "compute_dtype", "backend"):  # tests add these back where they test them
         config.pop(blog_key)
+    for demo_only in ("plot_loss", "include_num_input_tokens_seen"):  # the demo's extras cost each test time
+        config.pop(demo_only)
     config.update(max_samples=64, cutoff_len=128, learning_rate=2.0e-2, logging_steps=1)
     config.update(overrides)
     return config
