@@ -18,6 +18,7 @@ SPECIAL_TOKENS = [
     "<|start_header_id|>",
     "<|end_header_id|>",
     "<|eot_id|>",
+    "<|eom_id|>",  # a llama3 stop word: without it LLaMA-Factory adds it and warns to resize the vocabulary
     "<|end_of_text|>",
     "<|pad|>",
     "<|im_start|>",

@@ -48,6 +48,8 @@ def quiet_by_default(environ: MutableMapping[str, str] | None = None) -> bool:
         return False  # the user asked for INFO or DEBUG: LLaMA-Factory's own behaviour, untouched
     if "llamafactory.extras.logging" in sys.modules:  # configured already: the variable is read once
         logging.getLogger("llamafactory").setLevel(_level(environ))
+    # Its only warnings are "No metric eval_loss to plot" on every run without an eval set.
+    logging.getLogger("llamafactory.extras.ploting").setLevel(logging.ERROR)
     if not environ.get(TF_ENV) and "transformers.utils.logging" in sys.modules:
         import transformers.utils.logging as tf_logging
 

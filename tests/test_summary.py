@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -12,6 +13,7 @@ import pytest
 import yaml
 
 from llamafactory_rocm.summary import PeakMemory, RunSummary, format_summary, format_summary_line
+from llamafactory_rocm.verbosity import quiet_by_default
 from tests.conftest import offline_env, tiny_train_config
 
 
@@ -77,13 +79,18 @@ def test_format_summary_line(tmp_path: Path) -> None:
     assert line == "loss 7.250 -> 0.491, 200 steps, 10,000 tokens/s, peak 0.55 GiB (process peak RSS), 2 min 30 s wall"
 
 
-# run_exp with the callback, as the hook calls it, then report() once run_exp returns.
+# What the hook and launch do: quiet_by_default() before LLaMA-Factory is imported and again before
+# run_exp trains, run_exp with the callback, then report() once run_exp returns.
 SCRIPT = textwrap.dedent(
     """
     import sys, yaml
+    from llamafactory_rocm.verbosity import quiet_by_default
+
+    quiet_by_default()
     from llamafactory.train.tuner import run_exp
     from llamafactory_rocm.summary import SummaryCallback
 
+    quiet_by_default()
     callback = SummaryCallback()
     run_exp(yaml.safe_load(open(sys.argv[1])), [callback])
     callback.report()
@@ -91,9 +98,12 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def summary_of_a_real_run(tmp_path: Path, **overrides: object) -> tuple[dict[str, str], Path]:
+def summary_of_a_real_run(
+    tmp_path: Path, model: Path, env: dict[str, str] | None = None, **overrides: object
+) -> tuple[dict[str, str], Path, str]:
+    """(summary rows, output_dir, the whole log) of a 6-step run through LLaMA-Factory's real trainer."""
     out = tmp_path / "out"
-    config = tiny_train_config(Path(overrides.pop("model")), out, max_steps=6, logging_steps=2, **overrides)  # type: ignore[arg-type]
+    config = tiny_train_config(model, out, max_steps=6, logging_steps=2, **overrides)
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(yaml.safe_dump(config))
     script = tmp_path / "run.py"
@@ -101,7 +111,7 @@ def summary_of_a_real_run(tmp_path: Path, **overrides: object) -> tuple[dict[str
     result = subprocess.run(
         [sys.executable, str(script), str(cfg)],
         cwd=tmp_path,
-        env=offline_env(tmp_path),
+        env=offline_env(tmp_path, OMP_NUM_THREADS="1", **(env or {})),  # a model this small trains faster on one thread
         capture_output=True,
         text=True,
         timeout=600,
@@ -109,17 +119,17 @@ def summary_of_a_real_run(tmp_path: Path, **overrides: object) -> tuple[dict[str
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     lines = result.stdout.splitlines()
     start = lines.index("llamafactory-rocm: training summary")
-    return rows("\n".join(lines[start : start + 9])), out
+    return rows("\n".join(lines[start : start + 9])), out, result.stdout + result.stderr
 
 
 @pytest.mark.trainer
 def test_summary_of_a_real_trainer_run_with_counted_tokens_and_a_plot(tiny_model: Path, tmp_path: Path) -> None:
-    got, out = summary_of_a_real_run(tmp_path, model=tiny_model, include_num_input_tokens_seen=True, plot_loss=True)
+    got, out, log = summary_of_a_real_run(tmp_path, tiny_model, include_num_input_tokens_seen=True, plot_loss=True)
     state = json.loads((out / "trainer_state.json").read_text())
     curve = [e["loss"] for e in state["log_history"] if "loss" in e]
     assert got["loss"] == f"{curve[0]:.3f} -> {curve[-1]:.3f} (first and last of 3 logged)"
     assert got["steps"] == "6" == str(state["global_step"])
-    runtime = next(e["train_runtime"] for e in state["log_history"] if "train_runtime" in e)
+    runtime = [e["train_runtime"] for e in state["log_history"] if "train_runtime" in e][-1]  # the run's, not a log's
     tokens_per_s, rest = got["tokens/s"].split(" ", 1)
     assert rest == f"({state['num_input_tokens_seen']:,} tokens, counted)"
     # our clock starts at on_train_begin, the trainer's a little earlier: the same figure within 25%
@@ -130,11 +140,27 @@ def test_summary_of_a_real_trainer_run_with_counted_tokens_and_a_plot(tiny_model
     assert got["adapter"] == str(out / "adapter_model.safetensors")
     assert got["loss plot"] == str(out / "training_loss.png") and (out / "training_loss.png").is_file()
     assert got["launch record"] == str(out / "rocm_launch.json")  # written by the hook inside run_exp
+    # quiet by default: no INFO lines, no model config, the data example in one line; losses still shown
+    assert "[INFO|" not in log and "LlamaConfig" not in log and "input_ids:" not in log, log[:3000]
+    assert re.search(r"training example:\n  \d+ tokens, \d+ trained on", log)
+    assert "{'loss': " in log and "No metric eval_loss" not in log
 
 
 @pytest.mark.trainer
 def test_summary_estimates_tokens_when_the_trainer_does_not_count_them(tiny_model: Path, tmp_path: Path) -> None:
-    got, out = summary_of_a_real_run(tmp_path, model=tiny_model)
+    got, out, log = summary_of_a_real_run(tmp_path, tiny_model, env={"LLAMAFACTORY_VERBOSITY": "INFO"})
     assert got["tokens/s"].endswith("tokens, estimated from the data's mean row length)")
     assert got["loss plot"] == "none (plot_loss: true writes one)"
     assert not (out / "training_loss.png").exists()
+    # the user's own verbosity wins: LLaMA-Factory's INFO lines and the token ids
+    assert "[INFO|" in log and "input_ids:" in log
+
+
+def test_quiet_by_default_leaves_a_verbosity_the_user_set() -> None:
+    unset: dict[str, str] = {}
+    assert quiet_by_default(unset) is True and unset == {"LLAMAFACTORY_VERBOSITY": "WARNING"}
+    for level in ("INFO", "debug"):
+        chosen = {"LLAMAFACTORY_VERBOSITY": level}
+        assert quiet_by_default(chosen) is False and chosen == {"LLAMAFACTORY_VERBOSITY": level}
+    quieter = {"LLAMAFACTORY_VERBOSITY": "ERROR", "TRANSFORMERS_VERBOSITY": "info"}
+    assert quiet_by_default(quieter) is True and quieter["LLAMAFACTORY_VERBOSITY"] == "ERROR"
