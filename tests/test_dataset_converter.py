@@ -75,13 +75,15 @@ class _Count(logging.Handler):
         self.dropped += record.getMessage().startswith("Dropped invalid example")
 
 
-def llamafactory_drops(tiny_model: Path, folder: Path, name: str, tmp_path: Path) -> tuple[int, int]:
+def llamafactory_drops(
+    tiny_model: Path, folder: Path, name: str, tmp_path: Path, stage: str = "sft"
+) -> tuple[int, int]:
     """(rows dropped as LLaMA-Factory's own preprocessing logs them, rows it keeps), with the tiny tokenizer."""
     from llamafactory.data import get_dataset, get_template_and_fix_tokenizer
     from llamafactory.hparams import get_train_args
     from llamafactory.model import load_tokenizer
 
-    config = {"model_name_or_path": str(tiny_model), "stage": "sft", "do_train": True, "template": "llama3"}
+    config = {"model_name_or_path": str(tiny_model), "stage": stage, "do_train": True, "template": "llama3"}
     config |= {"dataset": name, "dataset_dir": str(folder), "output_dir": str(tmp_path / "o"), "report_to": "none"}
     config |= {"finetuning_type": "lora", "cache_dir": str(tmp_path / "c"), "overwrite_cache": True}
     model_args, data_args, training_args, *_ = get_train_args(config)
@@ -90,10 +92,37 @@ def llamafactory_drops(tiny_model: Path, folder: Path, name: str, tmp_path: Path
     count, root = _Count(), logging.getLogger("llamafactory")
     root.addHandler(count)
     try:
-        data = get_dataset(template, model_args, data_args, training_args, "sft", **module)
+        data = get_dataset(template, model_args, data_args, training_args, stage, **module)
     finally:
         root.removeHandler(count)
     return count.dropped, len(data["train_dataset"])
+
+
+# Other stages' processors and drop rules: (entry, rows with a planted defect, lines LLaMA-Factory drops)
+ALPACA_COLUMNS = {"prompt": "instruction", "query": "input"}
+STAGES = {
+    "rm": (
+        {"ranking": True, "columns": {**ALPACA_COLUMNS, "chosen": "chosen", "rejected": "rejected"}},
+        [{"instruction": f"q{i}", "input": "", "chosen": "a", "rejected": "b"} for i in range(3)],
+        {"rejected": None},
+    ),
+    "kto": (
+        {"columns": {**ALPACA_COLUMNS, "response": "output", "kto_tag": "kto_tag"}},
+        [{**ok_alpaca(i), "kto_tag": bool(i % 2)} for i in range(3)],
+        {"kto_tag": None},
+    ),
+}
+
+
+@pytest.mark.parametrize("stage", sorted(STAGES))
+def test_other_stages_drop_what_llamafactory_drops(tiny_model, tmp_path, stage):
+    entry, rows, defect = STAGES[stage]
+    rows[1] = {**rows[1], **defect}
+    folder = write(tmp_path / "data", "d", rows, entry)
+    report = validate_dataset("d", folder, options=CheckOptions(stage=stage))
+    assert llamafactory_drops(tiny_model, folder, "d", tmp_path, stage) == (report.dropped, report.kept) == (1, 2)
+    assert [r.line for r in report.dropped_rows] == [2] and report.ok and not report.errors
+    assert not any("empty response" in w for w in report.warnings)  # KTO's own empty marker is not one
 
 
 @pytest.mark.parametrize("formatting", sorted(PLANTED))

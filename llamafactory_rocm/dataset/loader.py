@@ -54,8 +54,8 @@ def loader_jobs(files: list[Path], num_proc: int | None, cache_dir: str) -> tupl
     import datasets
 
     builder = datasets.load_dataset_builder("json", data_files=[str(f) for f in files], cache_dir=cache_dir)
-    manager = datasets.DownloadManager(
-        dataset_name="json", download_config=datasets.DownloadConfig(cache_dir=cache_dir)
+    manager = datasets.DownloadManager(  # no checksums: load_dataset records none either (hashing every byte)
+        dataset_name="json", download_config=datasets.DownloadConfig(cache_dir=cache_dir), record_checksums=False
     )
     gen_kwargs = builder._split_generators(manager)[0].gen_kwargs
     shards = _number_of_shards_in_gen_kwargs(gen_kwargs)
