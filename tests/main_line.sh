@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The hook, launch and trainer tests again on LLaMA-Factory main (0.9.6.dev0), the line most users
+# install from git, from the wheel in ../shared/wheels (built from the public source, `pip wheel
+# --no-deps`). Its own venv: LLaMA-Factory installs with --no-deps, as the README says for 0.9.5.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+wheel=$(ls ../shared/wheels/llamafactory-0.9.6*.whl 2>/dev/null | head -n 1 || true)
+if [ -z "$wheel" ]; then
+  echo "main line: no LLaMA-Factory main wheel in ../shared/wheels, so only 0.9.5 was tested"
+  exit 0
+fi
+echo "+ main line: $wheel"
+python3 -m venv .venv-main
+. .venv-main/bin/activate
+pip install -q torch==2.13.0
+pip install -q -e ".[test]"
+pip install -q --no-deps "$wheel"
+python -c "import importlib.metadata as m; print('llamafactory', m.version('llamafactory'), 'transformers', m.version('transformers'))"
+python -m pytest -q tests/test_startup_hook.py tests/test_train_e2e.py tests/test_seed_command.py tests/test_check_cli.py
