@@ -33,7 +33,7 @@ DEMO_DATASET = "amd_finetune_qa"
 DEMO_ROWS = 24
 DEFAULT_STEPS = 200
 QUESTION_ROW = 0  # one of the rows trained on
-ANSWER_TOKENS = 24  # greedy tokens generated for the before/after answer
+ANSWER_TOKENS = 32  # greedy tokens generated for the before/after answer
 
 
 @dataclass(frozen=True)
