@@ -149,8 +149,9 @@ def run_demo(work_dir: Path, max_steps: int = DEFAULT_STEPS) -> DemoResult:
 
     from .summary import summary_from_output_dir  # imports transformers: not at CLI start-up
 
-    # One thread: for a model this small, a second thread measured slower, and 20x slower while
-    # another process used the other core (200 steps: 7.7 s with one thread, 161 s with two).
+    # One thread: a model this small gains little from a second one, and loses badly when another
+    # process wants the core (measured while other jobs ran on the 2 cores: 200 steps of a 40-row
+    # run took 7.7 s with one thread and 161 s with two).
     torch.set_num_threads(1)
     quiet_by_default()  # before LLaMA-Factory is imported: its loggers read the level once
     work_dir.mkdir(parents=True, exist_ok=True)
