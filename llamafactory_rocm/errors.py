@@ -8,6 +8,7 @@ EXIT_FINDINGS = 1  # an error finding: the config would fail or waste the GPU (o
 EXIT_USAGE = 2  # bad input: missing file, unreadable YAML, unknown name, refused overwrite
 EXIT_DIVERGED = 3  # the training guard stopped a run at a non-finite loss or grad norm
 EXIT_INTERNAL = 4  # an error inside llamafactory-rocm itself, before the hand-over: a bug (one line)
+EXIT_NODES_DISAGREE = 5  # the nodes of a multi-node run disagree (config, versions, arch): stopped before step 1
 DEBUG_ENV = "LLAMAFACTORY_ROCM_DEBUG"  # set to 1: such an error shows its traceback
 
 

@@ -23,6 +23,7 @@ NAMES = [p.name for p in PRESETS]
 REQUIRED = {
     "mi300x_llama3_lora",
     "mi300x_llama3_lora_8gpu",
+    "mi300x_llama3_lora_2node",
     "mi250_llama3_lora",
     "rx7900xtx_llama3_lora",
     "rx7800xt_llama3_qlora",

@@ -26,3 +26,30 @@ def add_config_arguments(p: argparse.ArgumentParser, gpu_help: str, arch_help: s
     )
     # Everything else on the line is LLaMA-Factory's (main.py hands it over as args.launch_args).
     p.set_defaults(takes_launch_args=True)
+
+
+def add_world_arguments(p: argparse.ArgumentParser) -> None:
+    """``--nodes N --gpus-per-node M``: the world to plan for, as torchrun's NNODES and NPROC_PER_NODE."""
+    p.add_argument("--nodes", type=_positive, metavar="N", help="plan for N nodes (sets NNODES for the check)")
+    p.add_argument(
+        "--gpus-per-node",
+        type=_positive,
+        metavar="M",
+        help="plan for M GPUs (ranks) per node (sets NPROC_PER_NODE for the check)",
+    )
+
+
+def world_env(nodes: int | None, gpus_per_node: int | None) -> dict[str, str]:
+    """The torchrun variables the options stand for; {} when neither is given."""
+    env = {}
+    if nodes is not None:
+        env["NNODES"] = str(nodes)
+    if gpus_per_node is not None:
+        env["NPROC_PER_NODE"] = str(gpus_per_node)
+    return env
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return int(text)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 from ..config_io import load_launch_args
@@ -11,7 +12,7 @@ from ..errors import EXIT_FINDINGS, EXIT_OK
 from ..prelaunch import check_config
 from ..render import report_text
 from ..snapshot import Snapshot
-from ._args import add_config_arguments
+from ._args import add_config_arguments, add_world_arguments, world_env
 
 
 def register(subs: argparse._SubParsersAction) -> None:
@@ -21,6 +22,7 @@ def register(subs: argparse._SubParsersAction) -> None:
         gpu_help="check for this GPU (e.g. mi300x, rx7900xtx) instead of the one here",
         arch_help="check for this arch (e.g. gfx942)",
     )
+    add_world_arguments(p)
     p.add_argument("--snapshot", help="check against a recorded machine snapshot (JSON) instead of this one")
     p.add_argument("--json", action="store_true", help="print {ok, findings, config} as JSON")
     p.set_defaults(run=run)
@@ -30,13 +32,31 @@ def run(args: argparse.Namespace) -> int:
     config, config_path = load_launch_args(args.launch_args)
     snapshot = load_snapshot(args.snapshot) if args.snapshot else None
     report = check_config(
-        config, snapshot=snapshot, gpu=args.gpu, arch=args.arch, config_path=config_path, accept=args.accept
+        config,
+        snapshot=snapshot,
+        gpu=args.gpu,
+        arch=args.arch,
+        config_path=config_path,
+        accept=args.accept,
+        env=check_env(snapshot, world_env(args.nodes, args.gpus_per_node)),
     )
     if args.json:
         print(json.dumps(report.as_json(), indent=2, default=str))
     else:
         print(report_text(report))
     return EXIT_OK if report.ok else EXIT_FINDINGS
+
+
+def check_env(snapshot: Snapshot | None, planned_world: dict[str, str]) -> dict[str, str]:
+    """The environment the rules read: the recorded snapshot's, else this shell's relevant variables and
+    the world/RCCL/Ray ones (``rules.world``); ``--nodes``/``--gpus-per-node`` on top."""
+    if snapshot is not None:
+        return {**snapshot.env, **planned_world}
+    from ..probe import relevant_env
+    from ..rules.world import WORLD_ENV_VARS
+
+    here = {name: os.environ[name] for name in WORLD_ENV_VARS if name in os.environ}
+    return {**relevant_env(), **here, **planned_world}
 
 
 def load_snapshot(path: str) -> Snapshot:

@@ -23,6 +23,7 @@ from . import (
     target,
     torch_build,
     values,
+    world,
 )
 from .base import Config, Context, Env, Rule, Step, Target
 
@@ -48,6 +49,7 @@ RULES: tuple[Rule, ...] = (
     packages.require_packages,
     outputs.protect_existing_checkpoints,
     multi_gpu.multi_gpu_notices,
+    world.world_rules,
     memory_fit.memory_fit,
 )
 

@@ -8,19 +8,15 @@ from typing import Any
 from ..findings import Finding, Level
 from ..memory import UNESTIMABLE, TrainingShape, estimate, largest_fitting_batch, shape_and_count
 from .base import Context, Step, truthy, unchanged
+from .world import world_size
 
 BUDGET = 0.9
-
-
-def _world_size(ctx: Context, env: Mapping[str, str]) -> int:
-    requested = env.get("NPROC_PER_NODE", "")
-    return int(requested) if requested.isdigit() else max(1, len(ctx.snapshot.devices))
 
 
 def memory_fit(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     if ctx.model_config is None or not ctx.snapshot.devices or ctx.snapshot.torch.kind == "cpu":
         return unchanged(config, env)
-    world = _world_size(ctx, env)
+    world = world_size(config, env, ctx)  # NNODES x NPROC_PER_NODE: ZeRO/FSDP shard over every rank
     try:
         shape, parameters = shape_and_count(ctx.model_config)
         est = estimate(shape, parameters, TrainingShape.from_config(config, world))
@@ -32,6 +28,9 @@ def memory_fit(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) 
         f"weights {est.weights_gib:.1f} + trainable state {est.trainable_state_gib:.1f} + activations "
         f"{est.activations_gib:.1f} + logits {est.logits_gib:.1f} + workspace {est.workspace_gib:.2f}"
     )
+    sharding = _sharding(config, world)
+    if sharding:
+        breakdown += f"; {sharding}"
     if est.total_gib <= budget:
         return unchanged(
             config,
@@ -81,3 +80,15 @@ def memory_fit(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) 
             fix=fix,
         ),
     )
+
+
+def _sharding(config: Mapping[str, Any], world: int) -> str:
+    """What the world size changed in the estimate, said beside the breakdown."""
+    shape = TrainingShape.from_config(config, world)
+    if world < 2:
+        return ""
+    if shape.zero_stage >= 3:
+        return f"ZeRO-3/FSDP shards the weights and trainable state over world {world}"
+    if shape.zero_stage == 2 or (shape.zero_stage == 1 and shape.method != "lora"):
+        return f"ZeRO-{shape.zero_stage} shards the trainable state over world {world}"
+    return f"world {world}, nothing sharded"

@@ -1,0 +1,227 @@
+"""Every node agrees before step 1: one small collective compares what each rank is about to run.
+
+A multi-node launch is N independent ``llamafactory-cli train`` commands, one per node, each reading
+its own copy of the config and its own software. When one node's copy differs (a learning rate, a
+LoRA rank, a LLaMA-Factory version, a GPU arch), the run trains anyway and diverges, or hangs in a
+collective. ``NodeAgreement`` is a trainer callback: at the end of the Trainer's construction (the
+process group LLaMA-Factory set up is live, the model is not yet wrapped for DDP, no optimizer step
+has run and nothing is saved) every rank hashes what matters and all ranks exchange the hashes with
+``torch.distributed.all_gather_object``. Equal: training goes on, at the cost of one collective of a
+16-character string. Different: a second collective brings the facts themselves, every rank names
+the same differences in one line and every rank raises ``NodesDisagree`` (exit code 5) together.
+
+Compared: the resolved config minus keys that are legitimately per node (paths on each node's own
+disk, CPU worker counts, hub tokens); the DeepSpeed JSON and a local model by content, not by path;
+llamafactory-rocm, LLaMA-Factory, transformers, peft, accelerate, DeepSpeed and Python versions;
+the torch and HIP versions, device arch and device count from the machine snapshot.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import socket
+import sys
+from collections.abc import Mapping
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+from .errors import EXIT_NODES_DISAGREE
+from .snapshot import Snapshot
+
+CODE = "NODES_DISAGREE"
+# Test seam, read by nothing but this module: a recorded snapshot (JSON) whose torch/HIP versions and
+# devices stand in for this node's in the comparison, so one machine can play two different nodes.
+SNAPSHOT_ENV = "LLAMAFACTORY_ROCM_AGREEMENT_SNAPSHOT"
+ACCEPT_ENV = "LLAMAFACTORY_ROCM_ACCEPT"  # as for every finding: NODES_DISAGREE accepted -> warn, go on
+
+# Keys that differ between healthy nodes: each node's own disk, its CPU count, its credentials.
+PER_NODE_KEYS = frozenset(
+    {
+        "output_dir",
+        "logging_dir",
+        "cache_dir",
+        "dataset_dir",
+        "media_dir",
+        "tokenized_path",
+        "preprocessing_num_workers",
+        "dataloader_num_workers",
+    }
+)
+# Keys naming a file or folder whose content must agree wherever it lives on each node.
+CONTENT_KEYS = ("deepspeed", "model_name_or_path")
+PACKAGES = ("llamafactory-rocm", "llamafactory", "transformers", "peft", "accelerate", "deepspeed")
+MAX_SHOWN = 6  # differing facts named in the line; the rest are counted
+
+
+def _per_node(key: str) -> bool:
+    return key in PER_NODE_KEYS or key.endswith("_token")  # hf_hub_token & co: secrets, never exchanged
+
+
+def _content(value: Any) -> Any:
+    """A local file or model folder by what it holds (its config.json), else the value itself."""
+    path = Path(str(value)).expanduser()
+    target = path / "config.json" if path.is_dir() else path
+    try:
+        if target.is_file():
+            digest = hashlib.sha256(target.read_bytes()).hexdigest()[:12]
+            return f"{'config.json' if target is not path else 'file'} sha256:{digest}"  # where it lives may differ
+    except OSError:
+        pass
+    return value
+
+
+def _version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def node_facts(config: Mapping[str, Any], snapshot: Snapshot) -> dict[str, Any]:
+    """What must be equal on every rank, as a flat ``{label: value}`` map (labels are shown to the user)."""
+    facts: dict[str, Any] = {}
+    for key in sorted(config):
+        if _per_node(key):
+            continue
+        value = config[key]
+        facts[key] = _content(value) if key in CONTENT_KEYS and value else value
+    for name in PACKAGES:
+        facts[f"{name} version"] = _version(name)
+    facts["python version"] = ".".join(map(str, sys.version_info[:3]))
+    facts["torch version"] = snapshot.torch.version
+    facts["HIP version"] = snapshot.torch.hip
+    facts["device arch"] = sorted({d.arch_name for d in snapshot.devices}) or ["cpu"]
+    facts["device count"] = len(snapshot.devices)
+    return facts
+
+
+def facts_digest(facts: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, default=str) if not isinstance(value, str) else value
+    return text if len(text) <= 48 else text[:45] + "..."
+
+
+def _where(ranks: list[int], peers: list[dict[str, Any]]) -> str:
+    """'node 1 (host-b)' when the ranks are whole nodes, else 'rank 3 (node 0)'."""
+    by_node: dict[int, list[int]] = {}
+    for rank in ranks:
+        by_node.setdefault(peers[rank]["node"], []).append(rank)
+    parts = []
+    for node, members in sorted(by_node.items()):
+        whole = len(members) == sum(1 for p in peers if p["node"] == node)
+        host = peers[members[0]]["host"]
+        if whole:
+            parts.append(f"node {node} ({host})")
+        else:
+            parts.extend(f"rank {r} (node {node}, {host})" for r in members)
+    return ", ".join(parts)
+
+
+def differences(peers: list[dict[str, Any]]) -> list[str]:
+    """One phrase per differing fact: ``learning_rate: 0.0002 on node 0 (a), 0.0001 on node 1 (b)``."""
+    labels = list(dict.fromkeys(label for peer in peers for label in peer["facts"]))
+    missing = object()
+    phrases = []
+    for label in labels:
+        groups: dict[str, list[int]] = {}
+        for rank, peer in enumerate(peers):
+            value = peer["facts"].get(label, missing)
+            shown = "(not set)" if value is missing else _short(value)
+            groups.setdefault(shown, []).append(rank)
+        if len(groups) > 1:
+            # rank 0's value first: it reads as "expected X, found Y"
+            ordered = sorted(groups.items(), key=lambda item: min(item[1]))
+            phrases.append(f"{label}: " + ", ".join(f"{value} on {_where(r, peers)}" for value, r in ordered))
+    return phrases
+
+
+def disagreement_line(peers: list[dict[str, Any]], accepted: bool = False) -> str:
+    phrases = differences(peers)
+    shown = "; ".join(phrases[:MAX_SHOWN])
+    if len(phrases) > MAX_SHOWN:
+        shown += f"; and {len(phrases) - MAX_SHOWN} more"
+    count = len({p["node"] for p in peers})
+    nodes = f"{count} node{'s' if count != 1 else ''}"
+    if accepted:
+        return (
+            f"llamafactory-rocm: (accepted) {CODE}: the {nodes} ({len(peers)} ranks) disagree: {shown}. "
+            f"Training goes on because {ACCEPT_ENV} names {CODE}."
+        )
+    return (
+        f"llamafactory-rocm: {CODE}: the {nodes} ({len(peers)} ranks) disagree, so every rank stopped before "
+        f"step 1 (no optimizer step, nothing saved): {shown}. Fix: give every node the same config and software, "
+        f"then relaunch all of them (more: llamafactory-rocm explain {CODE})."
+    )
+
+
+class NodesDisagree(SystemExit):
+    def __init__(self, message: str) -> None:
+        super().__init__(EXIT_NODES_DISAGREE)
+        self.message = message
+
+
+def _node_index() -> int:
+    """torchrun gives each worker its node's rank as GROUP_RANK; NODE_RANK is what LLaMA-Factory reads."""
+    for name in ("GROUP_RANK", "NODE_RANK"):
+        value = os.environ.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+def _accepted() -> bool:
+    return CODE in {c.strip().upper() for c in os.environ.get(ACCEPT_ENV, "").split(",")}
+
+
+class NodeAgreement(TrainerCallback):
+    """Compares every rank's ``node_facts`` once, before the first step; only when world size > 1."""
+
+    def __init__(self, config: Mapping[str, Any], snapshot: Snapshot) -> None:
+        seam = os.environ.get(SNAPSHOT_ENV)
+        self.snapshot = Snapshot.load(seam) if seam else snapshot
+        self.facts = node_facts(config, self.snapshot)
+        self.checked = False
+
+    # The Trainer has just been built: the process group is live and the model is not yet wrapped
+    # (DDP's own parameter check would otherwise stop a LoRA-rank mismatch first, with less to say).
+    def on_init_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.agree()
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.agree()  # where the group came up after __init__ (a launcher of its own): still before step 1
+
+    def agree(self) -> None:
+        if self.checked:
+            return
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+            return
+        self.checked = True
+        world = dist.get_world_size()
+        digests: list[Any] = [None] * world
+        dist.all_gather_object(digests, facts_digest(self.facts))
+        if len(set(digests)) == 1:
+            return
+        peers: list[Any] = [None] * world  # only when they differ: the facts themselves, to name them
+        mine = {"node": _node_index(), "host": socket.gethostname(), "facts": self.facts}
+        dist.all_gather_object(peers, mine)
+        accepted = _accepted()
+        line = disagreement_line(peers, accepted)
+        if os.environ.get("LOCAL_RANK", "0") == "0":  # one line in each node's log
+            print(line, file=sys.stderr, flush=True)
+        if accepted:
+            return
+        # Every rank got the same answer: leave the group cleanly; a failed tear-down must not hide why.
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()
+        raise NodesDisagree(line)

@@ -1,0 +1,377 @@
+"""The world a run spans: nodes x ranks per node (torchrun's variables, ``--nodes``/``--gpus-per-node``
+when planning, or Ray's workers), the global batch it makes, and what RCCL and Ray need on ROCm.
+
+LLaMA-Factory's launcher reads NNODES, NODE_RANK, NPROC_PER_NODE, MASTER_ADDR, MASTER_PORT (and
+RDZV_ID, MIN_NNODES, MAX_NNODES for an elastic launch) and hands them to torchrun
+(docs/rocm-facts.md#l14). Every node runs the same command, so this rule reads the same variables on
+each. Facts: docs/rocm-facts.md#w1 (batch arithmetic), #w2 (network interfaces), #w3 (MI300X
+environment), #w4 (Ray's visible devices on AMD), #f10 (iommu=pt).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..findings import Finding, Level
+from .base import Context, Step, truthy, unchanged
+
+# What this rule reads from the environment (the hook sees them when the probe records them).
+WORLD_ENV_VARS = (
+    "NNODES",
+    "NODE_RANK",
+    "NPROC_PER_NODE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "RDZV_ID",
+    "MIN_NNODES",
+    "MAX_NNODES",
+    "USE_RAY",
+    "NCCL_SOCKET_IFNAME",
+    "GLOO_SOCKET_IFNAME",
+    "NCCL_MIN_NCHANNELS",
+    "TORCH_NCCL_HIGH_PRIORITY",
+    "HSA_NO_SCRATCH_RECLAIM",
+    "HIP_FORCE_DEV_KERNARG",
+    "HIP_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES",
+    "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES",
+    "RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES",
+    "RAY_EXPERIMENTAL_NOSET_ROCR_VISIBLE_DEVICES",
+)
+# AMD's MI300X settings for multi-GPU training (docs/rocm-facts.md#f10, #w3): name -> value.
+MI300X_ENV = {
+    "NCCL_MIN_NCHANNELS": "112",
+    "TORCH_NCCL_HIGH_PRIORITY": "1",
+    "HIP_FORCE_DEV_KERNARG": "1",
+    "HSA_NO_SCRATCH_RECLAIM": "1",
+}
+LOOPBACK = ("127.", "localhost", "::1")
+# An info finding the dataset check may carry: ``new`` = rows LLaMA-Factory will train on.
+DATASET_ROWS_CODE = "DATASET_ROWS"
+
+
+@dataclass(frozen=True)
+class World:
+    nodes: int
+    per_node: int
+    source: str  # where the numbers came from, said in the findings
+    min_nodes: int | None = None  # elastic launch: the smallest world that can start
+
+    @property
+    def size(self) -> int:
+        return self.nodes * self.per_node
+
+    @property
+    def smallest(self) -> int:
+        """The world the memory estimate must fit: the fewest ranks shard the least."""
+        return (self.min_nodes or self.nodes) * self.per_node
+
+
+def _int(env: Mapping[str, str], name: str) -> int | None:
+    value = env.get(name, "").strip()
+    return int(value) if value.isdigit() else None
+
+
+def _invalid(name: str, value: str, why: str, fix: str) -> Finding:
+    return Finding(
+        code="WORLD_INVALID",
+        level=Level.ERROR,
+        key=name,
+        old=value,
+        message=f"{name}={value!r}: {why}",
+        fix=fix,
+    )
+
+
+def read_world(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> tuple[World, list[Finding]]:
+    """The world from the environment, with a finding for each value torchrun cannot use."""
+    problems: list[Finding] = []
+    for name in ("NNODES", "NODE_RANK", "NPROC_PER_NODE", "MIN_NNODES", "MAX_NNODES"):
+        raw = env.get(name)
+        if raw is not None and (not raw.strip().isdigit() or (name != "NODE_RANK" and int(raw) < 1)):
+            problems.append(
+                _invalid(
+                    name,
+                    raw,
+                    "not a whole number of at least 1 (0 for NODE_RANK).",
+                    f"export {name} as a whole number, e.g. {name}=2.",
+                )
+            )
+    if truthy(env.get("USE_RAY", "0")):
+        workers = config.get("ray_num_workers", 1)
+        count = int(workers) if str(workers).isdigit() else 1
+        return World(nodes=1, per_node=max(1, count), source=f"USE_RAY=1, ray_num_workers {count}"), problems
+    nodes = _int(env, "NNODES") or 1
+    # LLaMA-Factory's launcher: NPROC_PER_NODE, else every visible device (docs/rocm-facts.md#l14).
+    per_node = _int(env, "NPROC_PER_NODE") or max(1, len(ctx.snapshot.devices))
+    node_rank = _int(env, "NODE_RANK")
+    if node_rank is not None and node_rank >= nodes:
+        why = f"node ranks run from 0 to NNODES-1 = {nodes - 1}, so the rendezvous never completes."
+        fix = f"Give each node a NODE_RANK from 0 to {nodes - 1} (Slurm: SLURM_NODEID)."
+        problems.append(_invalid("NODE_RANK", str(node_rank), why, fix))
+    low, high = _int(env, "MIN_NNODES"), _int(env, "MAX_NNODES")
+    if low is not None and high is not None and low > high:
+        problems.append(
+            _invalid("MIN_NNODES", str(low), f"more than MAX_NNODES={high}.", "Set MIN_NNODES <= NNODES <= MAX_NNODES.")
+        )
+    source = "NNODES x NPROC_PER_NODE" if "NPROC_PER_NODE" in env else "NNODES x the GPUs visible here"
+    elastic_low = low if env.get("RDZV_ID") and low is not None and high is not None and low <= high else None
+    return World(nodes=nodes, per_node=per_node, source=source, min_nodes=elastic_low), problems
+
+
+def world_size(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> int:
+    """The fewest ranks the run can start with (what memory_fit shards ZeRO/FSDP state over)."""
+    return read_world(config, env, ctx)[0].smallest
+
+
+def _number(config: Mapping[str, Any], key: str, default: int) -> int | None:
+    value = config.get(key, default)
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):  # "abc", inf: LLaMA-Factory's parser names it (VALUE_INVALID)
+        return None
+
+
+def deepspeed_json(config: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The DeepSpeed JSON the config names, or None when it cannot be read (packages/parser say why)."""
+    path = config.get("deepspeed")
+    if not path:
+        return None
+    try:
+        found = json.loads(Path(str(path)).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def dataset_rows(ctx: Context) -> int | None:
+    """Rows the dataset check counted (after max_samples), where it says so."""
+    rows = [f.new for f in ctx.extra_findings if f.code == DATASET_ROWS_CODE and isinstance(f.new, int)]
+    return sum(rows) if rows else None
+
+
+def _train_rows(config: Mapping[str, Any], rows: int) -> int:
+    """Rows left for training after val_size (a share below 1, or a count)."""
+    try:
+        val = float(config.get("val_size", 0) or 0)
+    except (TypeError, ValueError):
+        return rows
+    return rows - (math.floor(rows * val) if 0 < val < 1 else int(val))
+
+
+def world_batch(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
+    world, problems = read_world(config, env, ctx)
+    if problems:
+        return unchanged(config, env, *problems)
+    findings: list[Finding] = []
+    per_device = _number(config, "per_device_train_batch_size", 8)
+    accumulation = _number(config, "gradient_accumulation_steps", 1)
+    if per_device is None or accumulation is None:
+        return unchanged(config, env)
+    global_batch = per_device * accumulation * world.size
+    arithmetic = (
+        f"per_device_train_batch_size {per_device} x gradient_accumulation_steps {accumulation} x world "
+        f"{world.size} ({world.nodes} node{'s' if world.nodes > 1 else ''} x {world.per_node}) = {global_batch}"
+    )
+    findings += _deepspeed_batch(config, per_device, accumulation, world, arithmetic)
+    if world.size < 2:
+        return unchanged(config, env, *findings)
+    cutoff = _number(config, "cutoff_len", 2048) or 0
+    plan = f"Global batch: {arithmetic} sequences, up to {global_batch * cutoff:,} tokens per optimizer step"
+    if world.min_nodes is not None:
+        plan += f" (elastic: {per_device * accumulation * world.smallest} with {world.min_nodes} nodes)"
+    rows = dataset_rows(ctx)
+    if rows is not None:
+        train_rows = _train_rows(config, rows)
+        if train_rows < global_batch:
+            findings.append(
+                Finding(
+                    code="GLOBAL_BATCH_OVER_DATASET",
+                    level=Level.ERROR,
+                    old=global_batch,
+                    new=train_rows,
+                    message=f"The global batch is larger than the data: {arithmetic} sequences, but the dataset "
+                    f"has {train_rows} training rows, so every epoch is one optimizer step on rows repeated to "
+                    "fill the ranks.",
+                    fix=f"Lower per_device_train_batch_size or gradient_accumulation_steps until the product with "
+                    f"world {world.size} is at most {train_rows}, or add data.",
+                )
+            )
+        else:
+            # the trainer's arithmetic: batches are dealt to the ranks, then accumulated (docs/rocm-facts.md#w1)
+            per_rank = math.ceil(math.ceil(train_rows / per_device) / world.size)
+            steps = max(math.ceil(per_rank / accumulation), 1)
+            plan += f"; {train_rows} rows make {steps} optimizer steps per epoch"
+    findings.append(
+        Finding(
+            code="WORLD_PLAN",
+            level=Level.INFO,
+            new=world.size,
+            message=plan + f" (world from {world.source}).",
+            fix="Nothing to do; the learning rate is per optimizer step, so retune it if the global batch changed.",
+        )
+    )
+    return unchanged(config, env, *findings)
+
+
+def _deepspeed_batch(
+    config: Mapping[str, Any], per_device: int, accumulation: int, world: World, arithmetic: str
+) -> list[Finding]:
+    """DeepSpeed JSON numbers that are not "auto" must equal the config's (transformers and DeepSpeed
+    both refuse the run otherwise, after the model is loaded: docs/rocm-facts.md#w1)."""
+    ds = deepspeed_json(config)
+    if ds is None:
+        return []
+    expected = {
+        "train_micro_batch_size_per_gpu": per_device,
+        "gradient_accumulation_steps": accumulation,
+        "train_batch_size": per_device * accumulation * world.size,
+    }
+    wrong = {k: ds[k] for k, v in expected.items() if isinstance(ds.get(k), int) and ds[k] != v}
+    if not wrong:
+        return []
+    said = ", ".join(f"{k} {v} (the config makes {expected[k]})" for k, v in wrong.items())
+    return [
+        Finding(
+            code="GLOBAL_BATCH_MISMATCH",
+            level=Level.ERROR,
+            key="deepspeed",
+            old=wrong,
+            new={k: expected[k] for k in wrong},
+            message=f"The DeepSpeed JSON {Path(str(config['deepspeed'])).name} pins {said}; the global batch is "
+            f"{arithmetic}. transformers stops with 'DeepSpeed config values that mismatch TrainingArguments'.",
+            fix='Set these keys to "auto" in the DeepSpeed JSON (transformers fills them in), or change the '
+            "config so the product matches.",
+        )
+    ]
+
+
+def network(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
+    """What RCCL needs across nodes on ROCm: the interface, iommu=pt, AMD's MI300X settings."""
+    world, problems = read_world(config, env, ctx)
+    if problems or world.size < 2 or not ctx.rocm or truthy(env.get("USE_RAY", "0")):
+        return unchanged(config, env)
+    findings: list[Finding] = []
+    # Planning (--gpu, a preset's target): this shell is not a node, so its variables are advice, not a risk.
+    level = Level.INFO if ctx.snapshot.source.startswith("planned") else Level.WARNING
+    if world.nodes > 1:
+        unset = [name for name in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME") if not env.get(name)]
+        if unset:
+            have = [f"{n}={env[n]}" for n in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME") if env.get(n)]
+            findings.append(
+                Finding(
+                    code="RCCL_SOCKET_IFNAME_UNSET",
+                    level=level,
+                    key=unset[0],
+                    message=f"{world.nodes} nodes but {' and '.join(unset)} unset"
+                    + (f" ({', '.join(have)} is set)" if have else "")
+                    + ": RCCL and gloo then pick an interface themselves, often a docker bridge or a management "
+                    "port the other nodes cannot reach, and the first collective hangs or crawls.",
+                    fix="export "
+                    + " ".join(f"{name}=<if>" for name in unset)
+                    + " on every node, <if> being the interface on the cluster network (`ip -br addr`).",
+                )
+            )
+        address = env.get("MASTER_ADDR", "")
+        if not address or address.startswith(LOOPBACK):
+            findings.append(
+                Finding(
+                    code="MASTER_ADDR_LOOPBACK",
+                    level=level,
+                    key="MASTER_ADDR",
+                    old=address or None,
+                    message=f"{world.nodes} nodes but MASTER_ADDR is "
+                    + (f"{address}" if address else "unset (LLaMA-Factory then uses 127.0.0.1)")
+                    + ": nodes other than this host cannot reach it, so they wait at the rendezvous.",
+                    fix="export MASTER_ADDR=<node 0's host name or address> on every node (Slurm: the first host "
+                    "of SLURM_JOB_NODELIST); loopback is right only when every 'node' runs on this host.",
+                )
+            )
+        if ctx.snapshot.iommu_pt is False and len(ctx.snapshot.devices) < 2:  # 2+: multi_gpu says it
+            findings.append(
+                Finding(
+                    code="IOMMU_PT_MISSING",
+                    level=Level.WARNING,
+                    key="/proc/cmdline",
+                    message=f'{world.nodes} nodes but "iommu=pt" is missing from the kernel command line: RCCL '
+                    "collectives can hang or crawl (ROCm/rccl#1129).",
+                    fix="Add iommu=pt to the kernel command line (GRUB) and reboot.",
+                )
+            )
+    if "gfx942" in ctx.snapshot.gpu_base_archs:
+        wanted = {k: v for k, v in MI300X_ENV.items() if env.get(k) != v}
+        if wanted:
+            said = [
+                ("set: " + ", ".join(f"{k}={v}" for k, v in MI300X_ENV.items() if k not in wanted)),
+                ("set otherwise: " + ", ".join(f"{k}={env[k]}" for k in wanted if env.get(k))),
+                ("missing: " + ", ".join(k for k in wanted if not env.get(k))),
+            ]
+            findings.append(
+                Finding(
+                    code="RCCL_ENV_MI300X",
+                    level=Level.INFO,
+                    key=next(iter(wanted)),
+                    new=wanted,
+                    message=f"{world.size} ranks on MI300X; of AMD's multi-GPU settings "
+                    + "; ".join(part for part in said if not part.endswith(": "))
+                    + ". Without them RCCL runs fewer channels at normal priority.",
+                    fix="export " + " ".join(f"{k}={v}" for k, v in wanted.items()) + " on every node.",
+                )
+            )
+    return unchanged(config, env, *findings)
+
+
+def ray_visible_devices(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
+    """USE_RAY on ROCm: LLaMA-Factory's Ray worker reads only the CUDA/Ascend NOSET variables
+    (docs/rocm-facts.md#w4); the AMD ones that guides set make every worker of a node take GPU 0."""
+    if not truthy(env.get("USE_RAY", "0")) or not ctx.rocm:
+        return unchanged(config, env)
+    amd_names = ("RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES", "RAY_EXPERIMENTAL_NOSET_ROCR_VISIBLE_DEVICES")
+    amd_noset = [name for name in amd_names if env.get(name)]
+    cuda_noset = bool(env.get("RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"))
+    problem = fix = None
+    if amd_noset and not cuda_noset:
+        problem = (
+            f"{' and '.join(amd_noset)} stop Ray from giving each worker its own GPU, and LLaMA-Factory's Ray "
+            "worker does not read them: it sets LOCAL_RANK=0, so every worker of a node trains on GPU 0."
+        )
+        fix = (
+            f"unset {' '.join(amd_noset)} (Ray then sets HIP_VISIBLE_DEVICES per worker), or also export "
+            "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES=1 so the worker takes its GPU index from Ray."
+        )
+    elif cuda_noset and not amd_noset:
+        problem = (
+            "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES makes LLaMA-Factory's worker use Ray's GPU index as "
+            "LOCAL_RANK, but on AMD Ray still narrows HIP_VISIBLE_DEVICES to that one GPU, so every worker "
+            "but the first asks for a device it cannot see ('invalid device ordinal')."
+        )
+        fix = (
+            "export RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES=1 as well (older Ray on AMD: "
+            "RAY_EXPERIMENTAL_NOSET_ROCR_VISIBLE_DEVICES=1), or unset RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES."
+        )
+    elif env.get("ROCR_VISIBLE_DEVICES") and not env.get("HIP_VISIBLE_DEVICES"):
+        problem = (
+            "ROCR_VISIBLE_DEVICES is set without HIP_VISIBLE_DEVICES: Ray on AMD refuses to start GPU "
+            "workers ('Please use HIP_VISIBLE_DEVICES instead of ROCR_VISIBLE_DEVICES')."
+        )
+        fix = f"export HIP_VISIBLE_DEVICES={env['ROCR_VISIBLE_DEVICES']} and unset ROCR_VISIBLE_DEVICES."
+    if problem is None or fix is None:
+        return unchanged(config, env)
+    return unchanged(
+        config,
+        env,
+        Finding(code="RAY_ROCM_VISIBLE_DEVICES", level=Level.ERROR, key="USE_RAY", message=problem, fix=fix),
+    )
+
+
+def world_rules(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
+    """The module's one entry in RULES: batch arithmetic, network, Ray (each also usable alone)."""
+    findings: list[Finding] = []
+    for rule in (world_batch, network, ray_visible_devices):
+        findings += rule(config, env, ctx).findings
+    return unchanged(config, env, *findings)

@@ -1,0 +1,237 @@
+"""rules/world.py: the world's arithmetic, RCCL's network settings and Ray on ROCm, over recorded snapshots."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from llamafactory_rocm.findings import Finding, Level
+from llamafactory_rocm.prelaunch import planned_snapshot
+from llamafactory_rocm.rules import memory_fit, resolve, world
+from llamafactory_rocm.rules.base import Context, Target
+from llamafactory_rocm.snapshot import Snapshot
+from tests.conftest import load_snapshot, make_ctx
+
+LLAMA3 = "meta-llama/Meta-Llama-3-8B-Instruct"
+TWO_NODES = {"NNODES": "2", "NPROC_PER_NODE": "8", "MASTER_ADDR": "node-a", "NCCL_SOCKET_IFNAME": "ens",
+             "GLOO_SOCKET_IFNAME": "ens"}  # fmt: skip
+MI300X_TUNED = {"NCCL_MIN_NCHANNELS": "112", "TORCH_NCCL_HIGH_PRIORITY": "1", "HIP_FORCE_DEV_KERNARG": "1",
+                "HSA_NO_SCRATCH_RECLAIM": "1"}  # fmt: skip
+CONFIG = {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 1, "cutoff_len": 4096}
+
+
+def findings(rule, config: dict, env: dict, ctx: Context) -> dict[str, Finding]:
+    found = rule(config, env, ctx).findings
+    assert len({f.code for f in found}) == len(found)
+    return {f.code: f for f in found}
+
+
+def with_rows(ctx: Context, rows: int) -> Context:
+    seen = Finding(code=world.DATASET_ROWS_CODE, level=Level.INFO, new=rows, message="rows", fix="-")
+    return dataclasses.replace(ctx, extra_findings=(seen,))
+
+
+def test_one_rank_says_nothing():
+    assert world.world_rules(CONFIG, {}, make_ctx("mi300x")).findings == []
+
+
+def test_two_nodes_of_eight_state_the_global_batch_arithmetic():
+    found = findings(world.world_batch, CONFIG, TWO_NODES, make_ctx("mi300x_8gpu"))
+    plan = found["WORLD_PLAN"]
+    assert plan.level is Level.INFO and plan.new == 16
+    arithmetic = "per_device_train_batch_size 8 x gradient_accumulation_steps 1 x world 16 (2 nodes x 8) = 128"
+    assert arithmetic in plan.message
+    assert "524,288 tokens" in plan.message  # 128 x 4096
+
+
+def test_without_nproc_per_node_every_visible_gpu_is_a_rank():
+    env = {"NNODES": "2"}
+    assert world.read_world(CONFIG, env, make_ctx("mi300x_8gpu"))[0].size == 16
+    assert world.read_world(CONFIG, env, make_ctx("mi300x"))[0].size == 2
+
+
+def test_steps_per_epoch_when_the_dataset_size_is_known():
+    # 300 rows in batches of 8: 38 batches dealt to 16 ranks = 3 each; accumulation 1: 3 steps
+    plan = findings(world.world_batch, CONFIG, TWO_NODES, with_rows(make_ctx("mi300x_8gpu"), 300))["WORLD_PLAN"]
+    assert "300 rows make 3 optimizer steps per epoch" in plan.message
+    accumulated = {**CONFIG, "gradient_accumulation_steps": 2, "val_size": 0.1}  # 270 rows, 34 batches, 3/rank
+    plan = findings(world.world_batch, accumulated, TWO_NODES, with_rows(make_ctx("mi300x_8gpu"), 300))["WORLD_PLAN"]
+    assert "270 rows make 2 optimizer steps per epoch" in plan.message
+
+
+def test_a_global_batch_larger_than_the_data_is_refused_with_the_arithmetic():
+    found = findings(world.world_batch, CONFIG, TWO_NODES, with_rows(make_ctx("mi300x_8gpu"), 64))
+    refused = found["GLOBAL_BATCH_OVER_DATASET"]
+    assert refused.level is Level.ERROR and (refused.old, refused.new) == (128, 64)
+    assert "8 x gradient_accumulation_steps 1 x world 16 (2 nodes x 8) = 128" in refused.message
+    assert "64 training rows" in refused.message
+
+
+def ds_config(tmp_path: Path, **numbers: object) -> str:
+    data = json.loads((Path(__file__).parents[1] / "presets" / "deepspeed" / "ds_z2_config.json").read_text())
+    data.update(numbers)
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def test_deepspeed_numbers_that_the_world_does_not_make_are_refused(tmp_path):
+    config = {**CONFIG, "per_device_train_batch_size": 16, "deepspeed": ds_config(tmp_path, train_batch_size=128)}
+    refused = findings(world.world_batch, config, TWO_NODES, make_ctx("mi300x_8gpu"))["GLOBAL_BATCH_MISMATCH"]
+    assert refused.level is Level.ERROR and refused.old == {"train_batch_size": 128}
+    assert refused.new == {"train_batch_size": 256}
+    assert "16 x gradient_accumulation_steps 1 x world 16 (2 nodes x 8) = 256" in refused.message
+    # the same JSON is right for one node of eight: 16 x 1 x 8 = 128
+    one_node = {**TWO_NODES, "NNODES": "1"}
+    assert "GLOBAL_BATCH_MISMATCH" not in findings(world.world_batch, config, one_node, make_ctx("mi300x_8gpu"))
+
+
+def test_deepspeed_auto_values_always_add_up(tmp_path):
+    config = {**CONFIG, "deepspeed": ds_config(tmp_path)}
+    assert "GLOBAL_BATCH_MISMATCH" not in findings(world.world_batch, config, TWO_NODES, make_ctx("mi300x_8gpu"))
+
+
+@pytest.mark.parametrize(
+    ("env", "key"),
+    [
+        ({"NNODES": "2", "NODE_RANK": "2"}, "NODE_RANK"),
+        ({"NNODES": "two"}, "NNODES"),
+        ({"NPROC_PER_NODE": "0"}, "NPROC_PER_NODE"),
+        ({"NNODES": "2", "RDZV_ID": "x", "MIN_NNODES": "3", "MAX_NNODES": "2"}, "MIN_NNODES"),
+    ],
+)
+def test_torchrun_values_that_cannot_work_are_refused(env, key):
+    (refused,) = world.world_rules(CONFIG, env, make_ctx("mi300x_8gpu")).findings
+    assert (refused.code, refused.level, refused.key) == ("WORLD_INVALID", Level.ERROR, key)
+
+
+def test_elastic_memory_is_sized_for_the_fewest_nodes():
+    env = {"NNODES": "4", "NPROC_PER_NODE": "8", "RDZV_ID": "job", "MIN_NNODES": "2", "MAX_NNODES": "4"}
+    ctx = make_ctx("mi300x_8gpu")
+    assert world.world_size(CONFIG, env, ctx) == 16
+    plan = findings(world.world_batch, CONFIG, env, ctx)["WORLD_PLAN"]
+    assert "= 256" in plan.message and "elastic: 128 with 2 nodes" in plan.message
+
+
+def test_full_finetuning_memory_shards_over_both_nodes(tmp_path):
+    ctx = dataclasses.replace(make_ctx("mi300x_8gpu"), model_config=_llama3_config())
+    config = {**CONFIG, "finetuning_type": "full", "bf16": True, "model_name_or_path": LLAMA3,
+              "deepspeed": ds_config(tmp_path), "per_device_train_batch_size": 2}  # fmt: skip
+    one = memory_fit.memory_fit(config, {"NPROC_PER_NODE": "8"}, ctx).findings[0]
+    two = memory_fit.memory_fit(config, {"NNODES": "2", "NPROC_PER_NODE": "8"}, ctx).findings[0]
+    assert two.level is Level.INFO and "ZeRO-2 shards the trainable state over world 16" in two.message
+    assert "over world 8" in one.message
+    assert float(two.message.split("peak ")[1].split()[0]) < float(one.message.split("peak ")[1].split()[0])
+
+
+def _llama3_config() -> dict:
+    from llamafactory_rocm.memory import model_config_for
+
+    found = model_config_for(LLAMA3)
+    assert found is not None
+    return found
+
+
+def test_two_nodes_without_a_network_interface_or_master_address_warn_with_the_fix():
+    env = {"NNODES": "2", "NPROC_PER_NODE": "8", "NCCL_SOCKET_IFNAME": "ens", **MI300X_TUNED}
+    found = findings(world.network, CONFIG, env, make_ctx("mi300x_8gpu"))
+    iface = found["RCCL_SOCKET_IFNAME_UNSET"]
+    assert iface.level is Level.WARNING and iface.key == "GLOO_SOCKET_IFNAME"
+    assert "NCCL_SOCKET_IFNAME=ens is set" in iface.message and "export GLOO_SOCKET_IFNAME=<if>" in iface.fix
+    assert "unset (LLaMA-Factory then uses 127.0.0.1)" in found["MASTER_ADDR_LOOPBACK"].message
+    assert set(found) == {"RCCL_SOCKET_IFNAME_UNSET", "MASTER_ADDR_LOOPBACK"}
+    assert findings(world.network, CONFIG, {**TWO_NODES, **MI300X_TUNED}, make_ctx("mi300x_8gpu")) == {}
+
+
+def test_one_node_needs_no_network_interface():
+    env = {"NPROC_PER_NODE": "8", **MI300X_TUNED}
+    assert findings(world.network, CONFIG, env, make_ctx("mi300x_8gpu")) == {}
+
+
+def test_mi300x_settings_say_what_is_set_what_differs_and_what_is_missing():
+    env = {**TWO_NODES, "NCCL_MIN_NCHANNELS": "32", "TORCH_NCCL_HIGH_PRIORITY": "1"}
+    found = findings(world.network, CONFIG, env, make_ctx("mi300x_8gpu"))["RCCL_ENV_MI300X"]
+    assert found.level is Level.INFO
+    assert "set: TORCH_NCCL_HIGH_PRIORITY=1" in found.message
+    assert "set otherwise: NCCL_MIN_NCHANNELS=32" in found.message
+    assert "missing: HIP_FORCE_DEV_KERNARG, HSA_NO_SCRATCH_RECLAIM" in found.message
+    assert found.fix == "export NCCL_MIN_NCHANNELS=112 HIP_FORCE_DEV_KERNARG=1 HSA_NO_SCRATCH_RECLAIM=1 on every node."
+
+
+def test_iommu_pt_missing_on_one_gpu_nodes_is_said_once():
+    snap = load_snapshot("mi300x").model_copy(update={"iommu_pt": False})
+    ctx = dataclasses.replace(make_ctx("mi300x"), snapshot=snap)
+    env = {**TWO_NODES, "NPROC_PER_NODE": "1", **MI300X_TUNED}
+    assert set(findings(world.network, CONFIG, env, ctx)) == {"IOMMU_PT_MISSING"}
+    eight = make_ctx("mi300x_8gpu")
+    eight = dataclasses.replace(eight, snapshot=eight.snapshot.model_copy(update={"iommu_pt": False}))
+    # eight GPUs: multi_gpu already says it for this node
+    assert "IOMMU_PT_MISSING" not in findings(world.network, CONFIG, {**TWO_NODES, **MI300X_TUNED}, eight)
+
+
+@pytest.mark.parametrize("name", ["cpu_only", "cuda_h200"])
+def test_rccl_advice_is_for_rocm_only(name):
+    assert findings(world.network, CONFIG, {"NNODES": "2", "NPROC_PER_NODE": "2"}, make_ctx(name)) == {}
+
+
+def test_planning_turns_this_shells_network_variables_into_advice():
+    target = Target(arch="gfx942", alias="mi300x", named_by="--gpu")
+    base = make_ctx("cpu_only", target=target)
+    ctx = dataclasses.replace(base, snapshot=planned_snapshot(target, {}))
+    found = findings(world.network, CONFIG, {"NNODES": "2", "NPROC_PER_NODE": "8"}, ctx)
+    assert found["RCCL_SOCKET_IFNAME_UNSET"].level is Level.INFO
+    assert found["MASTER_ADDR_LOOPBACK"].level is Level.INFO
+
+
+@pytest.mark.parametrize(
+    ("env", "words"),
+    [
+        ({"RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES": "1"}, "trains on GPU 0"),
+        ({"RAY_EXPERIMENTAL_NOSET_ROCR_VISIBLE_DEVICES": "1"}, "trains on GPU 0"),
+        ({"RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"}, "invalid device ordinal"),
+        ({"ROCR_VISIBLE_DEVICES": "0,1"}, "Please use HIP_VISIBLE_DEVICES"),
+    ],
+)
+def test_ray_on_rocm_refuses_visible_device_variables_the_worker_misreads(env, words):
+    (refused,) = world.ray_visible_devices(CONFIG, {"USE_RAY": "1", **env}, make_ctx("mi300x_8gpu")).findings
+    assert refused.code == "RAY_ROCM_VISIBLE_DEVICES" and refused.level is Level.ERROR
+    assert words in refused.message
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"USE_RAY": "1"},  # Ray narrows HIP_VISIBLE_DEVICES per worker, LOCAL_RANK 0: right
+        {"USE_RAY": "1", "RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES": "1",
+         "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"},  # all visible, LOCAL_RANK from Ray: right
+        {"USE_RAY": "1", "ROCR_VISIBLE_DEVICES": "0,1", "HIP_VISIBLE_DEVICES": "0,1"},
+        {"RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES": "1"},  # no Ray: nothing reads it
+    ],
+)  # fmt: skip
+def test_ray_settings_that_work_pass(env):
+    assert world.ray_visible_devices(CONFIG, env, make_ctx("mi300x_8gpu")).findings == []
+
+
+def test_ray_on_cpu_is_not_a_rocm_question():
+    env = {"USE_RAY": "1", "RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES": "1"}
+    assert world.ray_visible_devices(CONFIG, env, make_ctx("cpu_only")).findings == []
+
+
+def test_ray_world_is_its_workers():
+    found = findings(world.world_batch, {**CONFIG, "ray_num_workers": 4}, {"USE_RAY": "1"}, make_ctx("mi300x_8gpu"))
+    assert "x world 4 (1 node x 4) = 32" in found["WORLD_PLAN"].message
+
+
+def test_the_rule_runs_in_the_chain_before_the_memory_estimate():
+    ctx = dataclasses.replace(make_ctx("mi300x_8gpu"), model_config=_llama3_config())
+    config = {**CONFIG, "model_name_or_path": LLAMA3, "bf16": True, "flash_attn": "sdpa"}
+    codes = [f.code for f in resolve(config, {**TWO_NODES, **MI300X_TUNED}, ctx).findings]
+    assert "WORLD_PLAN" in codes and codes.index("WORLD_PLAN") < codes.index("MEMORY_ESTIMATE")
+
+
+def test_snapshot_fixture_is_the_eight_gpu_one():
+    snap: Snapshot = load_snapshot("mi300x_8gpu")
+    assert len(snap.devices) == 8 and snap.gpu_base_archs == ["gfx942"]
