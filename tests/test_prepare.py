@@ -55,7 +55,7 @@ def test_prepare_warns_when_the_models_chat_template_disagrees(tiny_model, tmp_p
 
 @pytest.mark.trainer
 def test_train_reuses_what_prepare_saved(tiny_model, tmp_path):
-    env = offline_env(tmp_path)
+    env = {**offline_env(tmp_path), "LLAMAFACTORY_VERBOSITY": "INFO"}  # its 'Loaded tokenized dataset' line
     config = small_config(tiny_model, tmp_path, tokenized_path=str(tmp_path / "tok"))
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(yaml.safe_dump(config))

@@ -22,22 +22,9 @@ IGNORED_KEYS = frozenset({"file_sha1"})  # older LLaMA-Factory data files carry 
 
 FORMATTINGS = ("alpaca", "sharegpt", "openai")
 
-# DatasetAttr's defaults, used when the entry has no ``columns`` / ``tags`` block at all.
-COLUMN_DEFAULTS: dict[str, str | None] = {
-    "prompt": "instruction",
-    "query": "input",
-    "response": "output",
-    "history": None,
-    "messages": "conversations",
-    "system": None,
-    "tools": None,
-    "images": None,
-    "videos": None,
-    "audios": None,
-    "chosen": None,
-    "rejected": None,
-    "kto_tag": None,
-}
+# DatasetAttr's column names; its tag names and their defaults (with no ``tags`` block at all).
+COLUMN_KEYS = ("prompt", "query", "response", "history", "messages", "system", "tools", "images", "videos")
+COLUMN_KEYS += ("audios", "chosen", "rejected", "kto_tag")
 TAG_DEFAULTS: dict[str, str | None] = {
     "role_tag": "from",
     "content_tag": "value",
@@ -47,8 +34,7 @@ TAG_DEFAULTS: dict[str, str | None] = {
     "function_tag": "function_call",
     "system_tag": "system",
 }
-COLUMN_KEYS = frozenset(COLUMN_DEFAULTS)
-TAG_KEYS = frozenset(TAG_DEFAULTS)
+TAG_KEYS = tuple(TAG_DEFAULTS)
 
 ALPACA_ONLY_COLUMNS = frozenset({"prompt", "query", "response", "history"})
 CHAT_ONLY_COLUMNS = frozenset({"messages"})
@@ -61,12 +47,9 @@ class EntryCheck:
     warnings: list[str]
 
 
-def source_of(entry: Mapping[str, Any]) -> tuple[str, str] | None:
-    """``(key, value)`` of the source LLaMA-Factory uses (a hub first, as get_dataset_list does)."""
-    for key in SOURCE_KEYS:
-        if key in entry:
-            return key, entry[key]
-    return None
+def source_of(entry: Mapping[str, Any]) -> str:
+    """The source LLaMA-Factory uses (a hub first, as get_dataset_list does), or "?"."""
+    return next((str(entry[key]) for key in SOURCE_KEYS if key in entry), "?")
 
 
 def closest(word: str, candidates: Iterable[str]) -> str | None:
@@ -159,7 +142,7 @@ def _column_problems(entry: dict[str, Any], formatting: str) -> tuple[list[str],
     return errors, warnings
 
 
-def _block_problems(entry: dict[str, Any], block: str, known: frozenset[str]) -> list[str]:
+def _block_problems(entry: dict[str, Any], block: str, known: tuple[str, ...]) -> list[str]:
     if block not in entry:
         return []
     value = entry[block]

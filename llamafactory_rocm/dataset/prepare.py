@@ -15,7 +15,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,11 +46,7 @@ class PrepareResult:
     warnings: list[str] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
-        keys = ("ok", "examples", "kept", "dropped", "truncated", "tokens", "tokenized_path", "lengths")
-        out = {key: getattr(self, key) for key in keys}
-        out |= {"steps_per_epoch": self.steps_per_epoch, "sequences": self.sequences, "datasets": self.datasets}
-        out |= {"findings": [f.model_dump(mode="json") for f in self.findings], "warnings": self.warnings}
-        return out
+        return {**asdict(self), "findings": [f.model_dump(mode="json") for f in self.findings]}
 
 
 def prepare(

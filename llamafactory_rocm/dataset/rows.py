@@ -124,11 +124,13 @@ class RowChecker:
         self.count_empty = not dataset_attr.kto_tag  # a KTO row carries an empty response by design
         self.tally = RowTally(limit=limit)
 
-    def check(self, rows: list[dict[str, Any]], lines: Callable[[], list[int]], file: str | None = None) -> None:
-        """``lines``: gives each row's line, called only when a row has to be named."""
-        self.tally.rows += len(rows)
+    def check(self, table: Any, lines: Callable[[], list[int]], file: str | None = None) -> None:
+        """The rows of a pyarrow table, as datasets hands them to the converter. ``lines``: gives each
+        row's line, called only when a row has to be named."""
+        self.tally.rows += table.num_rows
         named = _Namer(lines, file, self.tally.limit)
         with _captured_llamafactory_log() as log, _no_gc():
+            rows = table.to_pylist()
             for start in range(0, len(rows), PROBE_ROWS):
                 self._check_some(rows, start, named, log.messages)
 

@@ -9,12 +9,12 @@ are a warning here too, unless nothing is left or more than ``max_dropped`` of t
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from .entry import FORMATTINGS, closest, entry_problems
+from .entry import COLUMN_KEYS, FORMATTINGS, closest, entry_problems, source_of
 from .info import INFO_FILE, load_dataset_info
 from .loader import LoadError, stream_tables
 from .rows import DEFAULT_MAX_ROWS_SHOWN, RowChecker, RowIssue
@@ -22,8 +22,6 @@ from .rows import DEFAULT_MAX_ROWS_SHOWN, RowChecker, RowIssue
 DEFAULT_MAX_DROPPED = 0.5  # more than half the rows dropped is a mapping mistake, not a few bad rows
 MAX_DROPPED_ENV = "LLAMAFACTORY_ROCM_MAX_DROPPED"  # the share for `check` and `train`
 CHECKED_TYPES = ("json",)  # FILEEXT2TYPE's types this package loads to check; the others are named only
-COLUMN_FIELDS = ("prompt", "query", "response", "history", "messages", "system", "tools", "images", "videos")
-COLUMN_FIELDS += ("audios", "chosen", "rejected", "kto_tag")
 
 
 @dataclass
@@ -38,7 +36,7 @@ class DatasetReport:
     kept: int = 0
     dropped: int = 0
     dropped_rows: list[RowIssue] = field(default_factory=list)  # the first max_errors, in load order
-    reasons: dict[str, int] = field(default_factory=dict)
+    drop_reasons: dict[str, int] = field(default_factory=dict)  # LLaMA-Factory's words -> rows
     failed: int = 0  # rows LLaMA-Factory's converter stops on
     bad_rows: list[RowIssue] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
@@ -65,24 +63,7 @@ class DatasetReport:
         return f"{self.label}: {self.rows} rows, {self.kept} kept" + (f"; first: {first}" if first else "")
 
     def as_json(self) -> dict[str, Any]:
-        issue = lambda r: {"line": r.line, "file": r.file, "reason": r.reason}  # noqa: E731
-        return {
-            "name": self.name,
-            "source": self.source,
-            "formatting": self.formatting,
-            "files": self.files,
-            "ok": self.ok,
-            "rows": self.rows,
-            "kept": self.kept,
-            "dropped": self.dropped,
-            "dropped_rows": [issue(r) for r in self.dropped_rows],
-            "drop_reasons": self.reasons,
-            "failed": self.failed,
-            "bad_rows": [issue(r) for r in self.bad_rows],
-            "errors": self.errors,
-            "warnings": self.warnings,
-            "remote": self.remote,
-        }
+        return {**asdict(self), "ok": self.ok}
 
 
 @dataclass(frozen=True)
@@ -156,10 +137,8 @@ def validate_entry(
     checked = entry_problems(entry)
     if not isinstance(entry, dict):
         return DatasetReport(name, "?", "?", errors=checked.errors)
-    formatting = str(entry.get("formatting", "alpaca"))
-    source = next((str(entry[k]) for k in ("hf_hub_url", "ms_hub_url", "om_hub_url", "script_url",
-                                           "cloud_file_name", "file_name") if k in entry), "?")  # fmt: skip
-    report = DatasetReport(name, source, formatting, errors=list(checked.errors), warnings=list(checked.warnings))
+    report = DatasetReport(name, source_of(entry), str(entry.get("formatting", "alpaca")))
+    report.errors, report.warnings = list(checked.errors), list(checked.warnings)
     if report.errors:  # LLaMA-Factory would read it differently from what it says: fix that first
         return report
     attr = dataset_attr(name or "data", entry, dataset_dir)
@@ -229,7 +208,7 @@ def _check_rows(report: DatasetReport, files: list[Path], attr: Any, options: Ch
 
     data_args = DataArguments(dataset_dir=str(Path(report.files[0]).parent), media_dir=options.media_dir)
     checker = RowChecker(attr, data_args, options.stage, limit=options.max_errors)
-    mapped = [getattr(attr, key) for key in COLUMN_FIELDS if getattr(attr, key)]
+    mapped = [getattr(attr, key) for key in COLUMN_KEYS if getattr(attr, key)]
     columns: set[str] = set()
     try:
         for batch in stream_tables(files, options.num_proc, options.progress):
@@ -239,12 +218,12 @@ def _check_rows(report: DatasetReport, files: list[Path], attr: Any, options: Ch
             if left is not None and left < table.num_rows:
                 table = table.slice(0, left)
             label = batch.file.name if labelled else None
-            checker.check(table.to_pylist(), batch.row_lines, label)
+            checker.check(table, batch.row_lines, label)
     except LoadError as err:
         report.errors.append(f"datasets cannot load it, so LLaMA-Factory stops: {err}")
     tally = checker.tally
     report.rows, report.kept, report.dropped, report.failed = tally.rows, tally.kept, tally.dropped, tally.failed
-    report.dropped_rows, report.bad_rows, report.reasons = tally.dropped_rows, tally.failed_rows, tally.reasons
+    report.dropped_rows, report.bad_rows, report.drop_reasons = tally.dropped_rows, tally.failed_rows, tally.reasons
     if report.errors:
         return
     _judge(report, [c for c in mapped if c not in columns], tally.empty_responses, options.max_dropped)
@@ -280,4 +259,4 @@ def _judge(report: DatasetReport, absent: list[str], empty: int, max_dropped: fl
 
 
 def _reasons(report: DatasetReport) -> str:
-    return ", ".join(f"{count} {reason!r}" for reason, count in report.reasons.items())
+    return ", ".join(f"{count} {reason!r}" for reason, count in report.drop_reasons.items())
