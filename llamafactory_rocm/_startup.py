@@ -11,7 +11,9 @@ only then imports this module (``lazy_find_spec``). From here on, two modules ar
   When torchaudio is missing or broken, a stand-in is visible while that one module executes; it
   raises a clear error only if audio is really used.
 
-``LLAMAFACTORY_ROCM=0`` switches all of it off.
+``LLAMAFACTORY_ROCM=0`` switches the check off: no rewrite, record, guard or summary. The torchaudio
+stand-in stays, so that stock ``llamafactory-cli train`` still imports where torchaudio cannot (the
+README's install): without it the off switch would leave text training unable to start.
 """
 
 from __future__ import annotations
@@ -134,6 +136,8 @@ class _Finder:
     ) -> importlib.machinery.ModuleSpec | None:
         if fullname not in self.targets:
             return None
+        if fullname == TUNER and not (_FORCED[0] or enabled()):
+            return None  # switched off: only the torchaudio stand-in stays
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)  # type: ignore[arg-type]
         if spec is None or spec.loader is None:
             return None
@@ -147,14 +151,16 @@ def lazy_find_spec(fullname: str, path: object = None) -> importlib.machinery.Mo
 
 
 _FINDER = _Finder()
+_FORCED = [False]  # set by install(force=True): `llamafactory-rocm train` checks even when switched off
 
 
 def install(*, force: bool = False, on_installed: Callable[[], None] | None = None) -> bool:
     """Arm the hook (idempotent). ``force`` ignores the off switch (``llamafactory-rocm train``)."""
+    _FORCED[0] = _FORCED[0] or force
+    if _FINDER not in sys.meta_path:
+        sys.meta_path.insert(0, _FINDER)  # the torchaudio stand-in, even when switched off
     if not (force or enabled()):
         return False
-    if _FINDER not in sys.meta_path:
-        sys.meta_path.insert(0, _FINDER)
     if TUNER in sys.modules:  # imported before we were armed
         _patch_tuner(sys.modules[TUNER])
     if on_installed:

@@ -53,6 +53,9 @@ def wrap_run_exp(original: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(original)
     def run_exp(args: dict[str, Any] | None = None, callbacks: list[Any] | None = None) -> Any:
+        from .verbosity import quiet_by_default
+
+        quiet_by_default()  # LLaMA-Factory is imported by now: lowers its loggers, one-line data example
         try:
             prepared = prepare(args)
         except SystemExit:
@@ -66,7 +69,12 @@ def wrap_run_exp(original: Callable[..., Any]) -> Callable[..., Any]:
         if prepared is None:
             return original(args, callbacks)
         config, guard = prepared
-        return original(config, [*(callbacks or []), guard])
+        from .summary import SummaryCallback
+
+        summary = SummaryCallback()
+        result = original(config, [*(callbacks or []), guard, summary])
+        summary.report()  # after run_exp: LLaMA-Factory saves the model and the loss plot after the last callback
+        return result
 
     run_exp.__llamafactory_rocm__ = True  # type: ignore[attr-defined]
     return run_exp

@@ -51,6 +51,9 @@ def hand_over(resolved_yaml: Path) -> int:
     global HANDED_OVER
     HANDED_OVER = True
     _startup.install(force=True)  # guard + torchaudio fallback even with LLAMAFACTORY_ROCM=0
+    from .verbosity import quiet_by_default
+
+    quiet_by_default()  # before LLaMA-Factory's first import: its loggers read LLAMAFACTORY_VERBOSITY once
     with _startup.text_only_llamafactory():
         from llamafactory import launcher
     saved_argv = sys.argv

@@ -53,7 +53,7 @@ def parser_verdict(config: Mapping[str, Any], answers: DeviceAnswers | None = No
     args = dict(config)
     if answers is not None:
         args.pop("deepspeed", None)
-    with _quiet(), _restored_environ(), _device_answers(answers):
+    with _restored_environ(), _quiet(), _device_answers(answers):  # environ saved before _quiet sets it
         try:
             get_train_args(args)
         except SystemExit as exc:  # argparse-style exits inside the parser

@@ -39,3 +39,24 @@ def protect_existing_checkpoints(config: Mapping[str, Any], env: Mapping[str, st
             )
         )
     return unchanged(config, env, *findings)
+
+
+def plot_the_loss(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
+    """A training run draws LLaMA-Factory's own loss plot (training_loss.png) unless the config says."""
+    trains = truthy(config.get("do_train", False))
+    if "plot_loss" in config or not trains or ctx.installed is None or "matplotlib" not in ctx.installed:
+        return unchanged(config, env)
+    return Step(
+        {**config, "plot_loss": True},
+        dict(env),
+        [
+            Finding(
+                code="PLOT_LOSS_ADDED",
+                level=Level.CHANGE,
+                key="plot_loss",
+                new=True,
+                message="plot_loss was unset: LLaMA-Factory draws no loss curve by default.",
+                fix="Added plot_loss: true (training_loss.png in output_dir); set plot_loss: false to skip it.",
+            )
+        ],
+    )
