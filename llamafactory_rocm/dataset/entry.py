@@ -197,19 +197,8 @@ def _unset_required_columns(columns: dict[str, Any], chat: bool, ranking: bool) 
 
 def json_kind(value: Any) -> str:
     """The JSON name of a Python value's type, for messages."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
+    kinds = (("null", type(None)), ("boolean", bool), ("number", (int, float)), ("string", str), ("array", list))
+    return next((name for name, types in (*kinds, ("object", dict)) if isinstance(value, types)), type(value).__name__)
 
 
 def _non_empty_str(value: Any) -> bool:

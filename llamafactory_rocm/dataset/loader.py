@@ -17,7 +17,7 @@ import io
 import json
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -97,7 +97,7 @@ def stream_tables(files: list[Path], num_proc: int | None = None, progress: bool
             if len(jobs) > 1 or not rows:  # merged, or read back with no rows: datasets' own reader decides
                 _merge(files, len(jobs), cache)
         finally:
-            bar.close()
+            bar.bar.close()
 
 
 def _write(writer: Any, batch: Batch) -> None:
@@ -327,22 +327,16 @@ class _Progress:
     """A byte bar on stderr for big files when stderr is a terminal (or when asked)."""
 
     def __init__(self, files: list[Path], wanted: bool | None) -> None:
+        from tqdm import tqdm
+
         total = sum(f.stat().st_size for f in files if f.is_file())
         show = wanted if wanted is not None else (total >= PROGRESS_MIN_BYTES and sys.stderr.isatty())
-        self._bar = None
+        self.bar = tqdm(total=total, unit="B", unit_scale=True, desc="checking", file=sys.stderr, leave=False,
+                        disable=not show)  # fmt: skip
         self._done: dict[Path, int] = {}
-        if show:
-            from tqdm import tqdm
 
-            self._bar = tqdm(total=total, unit="B", unit_scale=True, desc="checking", file=sys.stderr, leave=False)
-        self.update: Callable[[Batch], None] = self._update if self._bar is not None else lambda batch: None
-
-    def _update(self, batch: Batch) -> None:
+    def update(self, batch: Batch) -> None:
         size = batch.file.stat().st_size
         done = size if batch.offset is None else min(size, batch.offset + (10 << 20))
-        self._bar.update(max(0, done - self._done.get(batch.file, 0)))
+        self.bar.update(max(0, done - self._done.get(batch.file, 0)))
         self._done[batch.file] = done
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()

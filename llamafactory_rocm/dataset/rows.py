@@ -156,7 +156,7 @@ class RowChecker:
                 if self.count_empty and any(m["content"] == "" for m in out["_response"]):
                     tally.empty_responses += 1
                 continue
-            reason = _reason([warned.get(index) or next(dropping, "")])
+            reason = _reason(warned.get(index) or next(dropping, ""))
             tally.dropped += 1
             tally.reasons[reason] = tally.reasons.get(reason, 0) + 1
             named.add(tally.dropped_rows, index, f"LLaMA-Factory drops it: {reason}")
@@ -188,13 +188,9 @@ def _at(lines: list[int], index: int) -> int | None:
     return lines[index] if index < len(lines) else None
 
 
-def _reason(messages: list[str]) -> str:
-    """LLaMA-Factory's first warning for the row, without the row it prints after it."""
-    for message in messages:
-        text = message.split(" in [", 1)[0].split(": [", 1)[0].split(": {", 1)[0].rstrip(".")
-        if text:
-            return text
-    return "no warning"
+def _reason(message: str) -> str:
+    """LLaMA-Factory's warning for the row, without the row it prints after it."""
+    return message.split(" in [", 1)[0].split(": [", 1)[0].split(": {", 1)[0].rstrip(".") or "no warning"
 
 
 def _converter_error(err: Exception) -> str:
