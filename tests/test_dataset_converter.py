@@ -141,7 +141,10 @@ def test_a_missing_mapped_column_is_where_llamafactory_stops(tiny_model, tmp_pat
     folder = write(tmp_path / "data", "d", rows, {})
     report = validate_dataset("d", folder)
     assert not report.ok and report.failed == 3
-    assert "'input'" in report.errors[0] and "in no row" in report.errors[0]
+    assert "(column 'input' in no row" in report.errors[0]  # not the sharegpt default 'conversations'
+    sharegpt = write(tmp_path / "chat", "c", [{"conversations": ok_chat(0)}, {"messages": ok_chat(1)}], {})
+    report = validate_dataset("c", sharegpt, formatting="sharegpt")  # the second row lacks 'conversations'
+    assert report.failed == 1 and "in no row" not in report.errors[0] and "line 2" in report.errors[0]
     with pytest.raises(KeyError, match="input"):
         llamafactory_drops(tiny_model, folder, "d", tmp_path)
 

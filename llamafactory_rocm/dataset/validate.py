@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from . import entry as _entry
 from .entry import COLUMN_KEYS, FORMATTINGS, closest, entry_problems, source_of
 from .info import INFO_FILE, load_dataset_info
 from .loader import LoadError, stream_tables
@@ -208,7 +209,8 @@ def _check_rows(report: DatasetReport, files: list[Path], attr: Any, options: Ch
 
     data_args = DataArguments(dataset_dir=str(Path(report.files[0]).parent), media_dir=options.media_dir)
     checker = RowChecker(attr, data_args, options.stage, limit=options.max_errors)
-    mapped = [getattr(attr, key) for key in COLUMN_KEYS if getattr(attr, key)]
+    unread = _entry.CHAT_ONLY_COLUMNS if attr.formatting == "alpaca" else _entry.ALPACA_ONLY_COLUMNS
+    mapped = [getattr(attr, key) for key in COLUMN_KEYS if key not in unread and getattr(attr, key)]
     columns: set[str] = set()
     try:
         for batch in stream_tables(files, options.num_proc, options.progress):
@@ -232,7 +234,8 @@ def _check_rows(report: DatasetReport, files: list[Path], attr: Any, options: Ch
 def _judge(report: DatasetReport, absent: list[str], empty: int, max_dropped: float) -> None:
     """Errors where LLaMA-Factory stops or nothing is left; warnings for what it drops or trains on."""
     if report.failed:
-        missing = f" (column {', '.join(map(repr, absent))} is in no row: add it or map the columns without it)"
+        names = f"{'columns' if len(absent) > 1 else 'column'} {', '.join(map(repr, absent))}"
+        missing = f" ({names} in no row: add it or map the entry without it)"
         report.errors.append(
             f"LLaMA-Factory's converter stops on {report.failed} of {report.rows} rows"
             f"{missing if absent else ''}; first: {report.bad_rows[0].text()}"
