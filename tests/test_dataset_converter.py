@@ -258,6 +258,9 @@ def test_cli_validate_exit_codes_and_json(tmp_path, capsys):
     main(["datasets", "validate", str(tmp_path / "data" / "d.jsonl"), "--json"])
     out = json.loads(capsys.readouterr().out)
     assert (out["rows"], out["kept"], out["dropped"], out["dropped_rows"][0]["line"]) == (2, 1, 1, 2)
+    main(["datasets", "validate", str(tmp_path / "data" / "d.jsonl"), "--json", "--max-samples", "1"])
+    out = json.loads(capsys.readouterr().out)
+    assert (out["rows"], out["kept"], out["dropped"]) == (1, 1, 0)  # the bad second row is past max_samples
     assert main(["datasets", "validate", "nope", "--dataset-dir", str(tmp_path / "data")]) == 2
     assert main(["datasets", "list", "--dataset-dir", str(tmp_path / "data")]) == EXIT_OK
     assert "ok, 1 dropped" in capsys.readouterr().out

@@ -42,6 +42,7 @@ def register(subs: argparse._SubParsersAction) -> None:
     val.add_argument(
         "--preprocessing-num-workers", type=_count, metavar="N", help="a folder's files load in N processes"
     )
+    val.add_argument("--max-samples", type=_count, metavar="N", help="convert the first N rows only (max_samples)")
     val.add_argument("--json", action="store_true", help="print the report as JSON")
     val.set_defaults(run=run_validate)
 
@@ -108,6 +109,7 @@ def run_validate(args: argparse.Namespace) -> int:
         num_proc=args.preprocessing_num_workers,
         stage=args.stage,
         max_dropped=args.max_dropped,
+        max_rows=args.max_samples,
     )
     report = validate_dataset(args.dataset, args.dataset_dir, formatting=args.formatting, options=options)
     if args.json:
