@@ -10,6 +10,7 @@ be imported; then values are not checked.
 from __future__ import annotations
 
 import argparse
+import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -30,12 +31,20 @@ class Schema:
     keys: frozenset[str]
     source: str  # what the keys were read from, for the report
     parser: Any = None  # transformers.HfArgumentParser over LLaMA-Factory's _TRAIN_ARGS, or None
+    templates: frozenset[str] = frozenset()  # LLaMA-Factory's registered chat templates (TEMPLATES)
 
     def value_problems(self, config: Mapping[str, Any]) -> list[ValueProblem]:
         """Each value the command-line parser would refuse (``--key value``): type, choice or list."""
         if self.parser is None:
             return []
         problems = []
+        template = config.get("template")
+        if self.templates and isinstance(template, str) and template not in self.templates:
+            # LLaMA-Factory refuses it only after loading the tokenizer: "Template x does not exist."
+            near = difflib.get_close_matches(template, sorted(self.templates), n=3) or ["default", "llama3"]
+            problems.append(
+                ValueProblem("template", template, f"a template LLaMA-Factory has ({', '.join(near)}, ...)")
+            )
         for key, value in config.items():
             action = self.parser._option_string_actions.get(f"--{key}")
             if action is None or value is None:
@@ -164,6 +173,7 @@ def load_schema() -> Schema:
         from ._startup import text_only_llamafactory
 
         with text_only_llamafactory():
+            from llamafactory.data.template import TEMPLATES
             from llamafactory.hparams import parser as lf_parser
 
         hf_parser = HfArgumentParser(lf_parser._TRAIN_ARGS)
@@ -179,4 +189,4 @@ def load_schema() -> Schema:
     # `--no_x` actions share dest x; every dest is a dataclass field name
     from .lf_keys import installed_llamafactory_version
 
-    return Schema(keys, f"llamafactory {installed_llamafactory_version()}", hf_parser)
+    return Schema(keys, f"llamafactory {installed_llamafactory_version()}", hf_parser, frozenset(TEMPLATES))

@@ -157,6 +157,28 @@ def existing_outputs(output_dir: str | Path) -> tuple[str, ...]:
     return tuple(names)
 
 
+# What transformers' Trainer loads a checkpoint from (trainer.py _load_from_checkpoint): one of these
+# files, an adapter in a sub-folder, or an FSDP state.
+_CHECKPOINT_WEIGHTS = (*_WEIGHT_FILES, "pytorch_model_fsdp.bin")
+
+
+def resume_checkpoint(output_dir: str | Path) -> tuple[str, bool] | None:
+    """(name, loadable) of the checkpoint LLaMA-Factory would resume from: transformers' own choice."""
+    if not Path(output_dir).is_dir():
+        return None
+    from transformers.trainer_utils import get_last_checkpoint
+
+    last = get_last_checkpoint(str(output_dir))
+    if last is None:
+        return None
+    folder = Path(last)
+    loadable = any((folder / name).is_file() for name in _CHECKPOINT_WEIGHTS) or any(
+        sub.is_dir() and (sub.name.startswith("pytorch_model_fsdp") or any((sub / n).is_file() for n in _WEIGHT_FILES))
+        for sub in folder.iterdir()
+    )
+    return folder.name, loadable
+
+
 def resolve_deepspeed_path(
     config: Mapping[str, Any], config_path: str | Path | None, cwd: Path
 ) -> tuple[dict[str, Any], list[Finding]]:
@@ -326,6 +348,7 @@ def check_config(
         known_keys=schema.keys,
         target=target,
         existing_outputs=existing_outputs(config.get("output_dir", "trainer_output")),
+        resume_checkpoint=resume_checkpoint(str(config.get("output_dir", "trainer_output"))),
         model_config=model_config_for(str(config.get("model_name_or_path", ""))),
         extra_findings=(*extra_findings, *path_findings),
         schema=schema if schema.parser is not None else None,

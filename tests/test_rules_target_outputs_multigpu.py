@@ -72,3 +72,63 @@ def test_iommu_pt_unknown_is_not_reported_as_missing():
     unknown = ctx.snapshot.model_copy(update={"iommu_pt": None})
     ctx = Context(snapshot=unknown, catalogue=ctx.catalogue, known_keys=ctx.known_keys)
     assert "IOMMU_PT_MISSING" not in [f.code for f in multi_gpu.multi_gpu_notices({}, {}, ctx).findings]
+
+
+def test_a_copied_preset_keeps_its_target_by_its_target_line(tmp_path):
+    from llamafactory_rocm import presets
+
+    copy = tmp_path / "my_run.yaml"  # the file name no longer names a GPU
+    copy.write_bytes(presets.path("mi300x_llama3_lora").read_bytes())
+    found = resolve_target(config_path=copy)
+    assert (found.arch, found.alias) == ("gfx942", "mi300x")
+    assert found.named_by == "the target line of my_run.yaml"
+
+
+def test_a_target_line_pins_the_run_a_file_name_only_suggests_it():
+    pinned = make_ctx("cpu_only", target=Target("gfx942", "mi300x", "the target line of my_run.yaml"))
+    (finding,) = target.check_target({}, {}, pinned).findings
+    assert (finding.code, finding.level) == ("TARGET_ABSENT", Level.ERROR)
+    assert "--accept TARGET_ABSENT" in finding.fix
+    guessed = make_ctx("cpu_only", target=Target("gfx942", "mi300x", "file name mi300x_x.yaml"))
+    (finding,) = target.check_target({}, {}, guessed).findings
+    assert (finding.code, finding.level) == ("TARGET_ABSENT", Level.WARNING)
+
+
+def _with(ctx: Context, **changes: object) -> Context:
+    from dataclasses import replace
+
+    return replace(ctx, **changes)
+
+
+def test_resuming_from_a_checkpoint_without_weights_is_refused():
+    ctx = _with(make_ctx("cpu_only"), resume_checkpoint=("checkpoint-3", False))
+    config = {"do_train": True, "output_dir": "out"}
+    (finding,) = outputs.resume_only_from_whole_checkpoints(config, {}, ctx).findings
+    assert (finding.code, finding.level) == ("CHECKPOINT_UNUSABLE", Level.ERROR)
+    assert "checkpoint-3" in finding.message
+    whole = _with(ctx, resume_checkpoint=("checkpoint-3", True))
+    assert outputs.resume_only_from_whole_checkpoints(config, {}, whole).findings == []
+    # no resume happens: overwriting, an explicit checkpoint, or no training
+    for other in ({"overwrite_output_dir": True}, {"resume_from_checkpoint": "out/checkpoint-2"}, {"do_train": False}):
+        assert outputs.resume_only_from_whole_checkpoints({**config, **other}, {}, ctx).findings == []
+
+
+def test_the_resume_checkpoint_is_transformers_own_choice_and_its_weights_are_looked_for(tmp_path):
+    from llamafactory_rocm.prelaunch import resume_checkpoint
+
+    assert resume_checkpoint(tmp_path / "absent") is None
+    (tmp_path / "checkpoint-2").mkdir()
+    (tmp_path / "checkpoint-2" / "adapter_model.safetensors").write_bytes(b"w")
+    assert resume_checkpoint(tmp_path) == ("checkpoint-2", True)
+    (tmp_path / "checkpoint-10").mkdir()  # numeric order, not text order
+    assert resume_checkpoint(tmp_path) == ("checkpoint-10", False)
+
+
+def test_a_training_run_gets_the_loss_plot_unless_the_config_says():
+    ctx = _with(make_ctx("cpu_only"), installed=frozenset({"matplotlib"}))
+    step = outputs.plot_the_loss({"do_train": True}, {}, ctx)
+    assert step.config["plot_loss"] is True and [f.code for f in step.findings] == ["PLOT_LOSS_ADDED"]
+    for config in ({"do_train": True, "plot_loss": False}, {"do_train": False}):
+        assert outputs.plot_the_loss(config, {}, ctx).findings == []
+    without = _with(ctx, installed=frozenset())
+    assert outputs.plot_the_loss({"do_train": True}, {}, without).findings == []

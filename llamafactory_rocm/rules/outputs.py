@@ -60,3 +60,31 @@ def plot_the_loss(config: Mapping[str, Any], env: Mapping[str, str], ctx: Contex
             )
         ],
     )
+
+
+def resume_only_from_whole_checkpoints(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
+    """LLaMA-Factory resumes from the newest checkpoint-* in output_dir; one without weights (a save
+    that was interrupted) stops the trainer: "Can't find a valid checkpoint"."""
+    resumes = (
+        truthy(config.get("do_train", False))
+        and not truthy(config.get("overwrite_output_dir", False))
+        and config.get("resume_from_checkpoint") in (None, "")
+    )
+    if not resumes or ctx.resume_checkpoint is None or ctx.resume_checkpoint[1]:
+        return unchanged(config, env)
+    name = ctx.resume_checkpoint[0]
+    where = config.get("output_dir", "trainer_output")
+    return unchanged(
+        config,
+        env,
+        Finding(
+            code="CHECKPOINT_UNUSABLE",
+            level=Level.ERROR,
+            key="output_dir",
+            old=name,
+            message=f"LLaMA-Factory would resume from {name} in {where}, the newest checkpoint, but it holds no "
+            'weights (an interrupted save?): the trainer stops with "Can\'t find a valid checkpoint".',
+            fix=f"Move {name} out of {where} (the run then resumes from the one before), set "
+            "resume_from_checkpoint to a whole checkpoint, or use a new output_dir.",
+        ),
+    )

@@ -34,7 +34,12 @@ def _normalise(name: str) -> str:
 
 def required_packages(config: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
     """key -> (distribution, why) for every package the config's keys need."""
-    needed = {key: need for key, need in _NEEDS.items() if truthy(config.get(key, False))}
+    # deepspeed holds a path (or a dict); the others are switches
+    needed = {
+        key: need
+        for key, need in _NEEDS.items()
+        if (config.get(key) not in (None, "", False) if key == "deepspeed" else truthy(config.get(key, False)))
+    }
     if config.get("quantization_bit") not in (None, "", False) and config.get("quantization_method", "bnb") == "bnb":
         needed["quantization_bit"] = _BNB
     return needed

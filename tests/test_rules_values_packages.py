@@ -1,0 +1,91 @@
+"""Values LLaMA-Factory's parser cannot convert, and packages a config's keys need."""
+
+from dataclasses import replace
+
+import pytest
+
+from llamafactory_rocm.findings import Level
+from llamafactory_rocm.lf_schema import load_schema
+from llamafactory_rocm.rules import packages, values
+from tests.conftest import make_ctx
+
+
+@pytest.fixture(scope="module")
+def ctx():
+    return replace(make_ctx("cpu_only"), schema=load_schema())
+
+
+@pytest.mark.parametrize(
+    "key, value, expected",
+    [
+        ("max_steps", "abc", "a whole number"),
+        ("lora_rank", 1.5, "a whole number"),
+        ("learning_rate", "fast", "a number"),
+        ("bf16", "maybe", "true or false"),
+        ("stage", "foo", "one of: pt, sft, rm, ppo, dpo, kto"),
+        ("lr_scheduler_type", "wavy", "one of: linear, cosine"),
+        ("template", "llama99", "a template LLaMA-Factory has"),
+    ],
+)
+def test_each_value_the_parser_refuses_is_one_finding_naming_key_value_and_type(ctx, key, value, expected):
+    (finding,) = values.refuse_unconvertible_values({key: value}, {}, ctx).findings
+    assert (finding.code, finding.level, finding.key) == ("VALUE_INVALID", Level.ERROR, key)
+    assert repr(value) in finding.message and expected in finding.message
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"max_steps": 2, "learning_rate": 1.0e-4, "bf16": True, "stage": "sft", "template": "llama3"},
+        {"learning_rate": "1e-4", "max_steps": "3", "bf16": "false", "lora_target": "q_proj,v_proj"},
+        {"quantization_bit": None, "lr_scheduler_type": "cosine", "report_to": "none"},
+    ],
+)
+def test_values_the_parser_converts_pass(ctx, config):
+    assert values.refuse_unconvertible_values(config, {}, ctx).findings == []
+
+
+def test_the_flag_form_is_read_by_llamafactorys_own_parser():
+    schema = load_schema()
+    argv = ["--stage", "sft", "--do_train", "--no_use_fast_tokenizer", "--max_steps", "3"]
+    argv += ["--learning_rate", "1e-4", "--bf16", "false"]
+    config = schema.flags_to_config([*argv, "--backend", "pt", "--compute_dtype=bfloat16"])
+    assert config == {
+        "stage": "sft",
+        "do_train": True,
+        "use_fast_tokenizer": False,
+        "max_steps": 3,
+        "learning_rate": 1e-4,
+        "bf16": False,
+        "backend": "pt",  # not LLaMA-Factory's: kept for the rules to translate or refuse
+        "compute_dtype": "bfloat16",
+    }
+    assert schema.flags_to_config(["--max_steps", "abc"]) == {"max_steps": "abc"}  # a finding, not an exit
+
+
+def _this_machine(name: str):
+    """A recorded machine read as if probed here (the check asks this machine's packages)."""
+    ctx = make_ctx(name)
+    return replace(ctx, snapshot=ctx.snapshot.model_copy(update={"source": "probe"}))
+
+
+def test_a_missing_package_is_an_error_here_and_a_requirement_when_planning():
+    here = replace(_this_machine("cpu_only"), installed=frozenset({"torch"}))
+    found = packages.require_packages({"plot_loss": True, "deepspeed": "ds.json"}, {}, here).findings
+    assert sorted((f.code, f.key, f.level) for f in found) == [
+        ("PACKAGE_MISSING", "deepspeed", Level.ERROR),
+        ("PACKAGE_MISSING", "plot_loss", Level.ERROR),
+    ]
+    planned = replace(make_ctx("mi300x"), installed=frozenset({"torch"}))
+    found = packages.require_packages({"deepspeed": "ds.json"}, {}, planned).findings
+    assert [(f.code, f.level) for f in found] == [("PACKAGE_REQUIRED", Level.INFO)]
+    installed = replace(here, installed=frozenset({"matplotlib", "deepspeed"}))
+    assert packages.require_packages({"plot_loss": True, "deepspeed": "ds.json"}, {}, installed).findings == []
+
+
+def test_bitsandbytes_is_left_to_the_arch_rule_on_rocm():
+    rocm = replace(make_ctx("mi300x"), installed=frozenset())
+    assert packages.require_packages({"quantization_bit": 4}, {}, rocm).findings == []
+    cpu = replace(_this_machine("cpu_only"), installed=frozenset())
+    (finding,) = packages.require_packages({"quantization_bit": 4}, {}, cpu).findings
+    assert finding.key == "quantization_bit" and "bitsandbytes" in finding.message
