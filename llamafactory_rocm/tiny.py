@@ -1,6 +1,6 @@
 """A tiny Llama and tokenizer built locally, for the demo, tests and benchmarks (no hub needed).
 
-Sizes follow llamafactory-facts.md ("tiny-model recipe"): hidden 64, 2 layers, 4 heads,
+Sizes follow docs/rocm-facts.md#l12 (the tiny-model recipe): hidden 64, 2 layers, 4 heads,
 intermediate 128, a BPE vocabulary of a few hundred tokens trained on the data itself, and
 initializer_range 0.2 (with the default 0.02 the loss barely moves in a short run).
 """
