@@ -215,9 +215,12 @@ def test_ray_settings_that_work_pass(env):
     assert world.ray_visible_devices(CONFIG, env, make_ctx("mi300x_8gpu")).findings == []
 
 
-def test_ray_on_cpu_is_not_a_rocm_question():
+def test_ray_on_a_machine_without_a_gpu_is_refused_it_never_schedules():
     env = {"USE_RAY": "1", "RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES": "1"}
-    assert world.ray_visible_devices(CONFIG, env, make_ctx("cpu_only")).findings == []
+    (refused,) = world.ray_visible_devices(CONFIG, env, make_ctx("cpu_only")).findings
+    assert refused.code == "RAY_CPU_UNSCHEDULABLE" and refused.level is Level.ERROR
+    assert "10 CPUs per device" in refused.message
+    assert world.ray_visible_devices(CONFIG, env, make_ctx("cuda_h200")).findings == []  # a GPU: not ROCm's
 
 
 def test_ray_world_is_its_workers():

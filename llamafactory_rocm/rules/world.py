@@ -329,7 +329,11 @@ def network(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> 
 def ray_visible_devices(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     """USE_RAY on ROCm: LLaMA-Factory's Ray worker reads only the CUDA/Ascend NOSET variables
     (docs/rocm-facts.md#w4); the AMD ones that guides set make every worker of a node take GPU 0."""
-    if not truthy(env.get("USE_RAY", "0")) or not ctx.rocm:
+    if not truthy(env.get("USE_RAY", "0")):
+        return unchanged(config, env)
+    if ctx.cpu_only:
+        return unchanged(config, env, _ray_on_cpu())
+    if not ctx.rocm:
         return unchanged(config, env)
     amd_names = ("RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES", "RAY_EXPERIMENTAL_NOSET_ROCR_VISIBLE_DEVICES")
     amd_noset = [name for name in amd_names if env.get(name)]
@@ -366,6 +370,19 @@ def ray_visible_devices(config: Mapping[str, Any], env: Mapping[str, str], ctx: 
         config,
         env,
         Finding(code="RAY_ROCM_VISIBLE_DEVICES", level=Level.ERROR, key="USE_RAY", message=problem, fix=fix),
+    )
+
+
+def _ray_on_cpu() -> Finding:
+    # LLaMA-Factory 0.9.5 asks one bundle of {"CPU": 10} per device, and on CPU the devices are the CPUs.
+    return Finding(
+        code="RAY_CPU_UNSCHEDULABLE",
+        level=Level.ERROR,
+        key="USE_RAY",
+        message="USE_RAY=1 on a machine without a GPU: LLaMA-Factory's Ray launcher asks for one placement "
+        "bundle of 10 CPUs per device, and without a GPU every CPU counts as a device, so Ray can never "
+        "place it and the run waits for ever ('No available node types can fulfill resource request').",
+        fix="Unset USE_RAY (torchrun: FORCE_TORCHRUN=1 NPROC_PER_NODE=N), or run Ray where the workers have GPUs.",
     )
 
 
