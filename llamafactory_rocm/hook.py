@@ -72,7 +72,10 @@ def wrap_run_exp(original: Callable[..., Any]) -> Callable[..., Any]:
         from .summary import SummaryCallback
 
         summary = SummaryCallback()
-        result = original(config, [*(callbacks or []), guard, summary])
+        from .agreement import NodeAgreement
+
+        agreement = NodeAgreement(config, guard.snapshot)  # every node agrees before step 1 (world size > 1)
+        result = original(config, [*(callbacks or []), guard, agreement, summary])
         summary.report()  # after run_exp: LLaMA-Factory saves the model and the loss plot after the last callback
         return result
 
@@ -105,7 +108,7 @@ def prepare(args: dict[str, Any] | list[str] | None) -> tuple[dict[str, Any], An
         print(report_text(report), file=sys.stderr, flush=True)
     if not report.ok:
         raise SystemExit(EXIT_FINDINGS)
-    if is_rank0() and not already_checked:
+    if os.environ.get("LOCAL_RANK", "0") == "0" and not already_checked:  # each node's own disk gets a record
         output_dir = Path(str(report.config.get("output_dir", "trainer_output")))
         _, record = write_launch_files(report, output_dir, origin)
         if report.findings:

@@ -41,6 +41,19 @@ RELEVANT_ENV_VARS = (
     "NPROC_PER_NODE",
     "OPTIM_TORCH",
     "ALLOW_EXTRA_ARGS",
+    # the world, RCCL and Ray (rules/world.py); not MASTER_ADDR: a host name stays out of records
+    "NNODES",
+    "NODE_RANK",
+    "MASTER_PORT",
+    "RDZV_ID",
+    "MIN_NNODES",
+    "MAX_NNODES",
+    "USE_RAY",
+    "NCCL_SOCKET_IFNAME",
+    "GLOO_SOCKET_IFNAME",
+    "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES",
+    "RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES",
+    "RAY_EXPERIMENTAL_NOSET_ROCR_VISIBLE_DEVICES",
 )
 
 
