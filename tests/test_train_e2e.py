@@ -163,7 +163,10 @@ def test_run_exp_from_a_script_gets_the_rewrites_and_the_guard(tiny_model, tmp_p
 def test_two_torchrun_ranks_both_run_the_hook_and_write_one_record(tiny_model, tmp_path):
     out = tmp_path / "out"
     cfg = write_config(tmp_path / "blog.yaml", tiny_train_config(tiny_model, out, max_steps=6, **BLOG_KEYS))
-    env = offline_env(tmp_path, FORCE_TORCHRUN="1", NPROC_PER_NODE="2", MASTER_PORT="29517")
+    # LLaMA-Factory's own INFO lines (quiet by default) say what each rank ran with.
+    env = offline_env(
+        tmp_path, FORCE_TORCHRUN="1", NPROC_PER_NODE="2", MASTER_PORT="29517", LLAMAFACTORY_VERBOSITY="INFO"
+    )
     result = subprocess.run(
         [LLAMAFACTORY_CLI, "train", str(cfg)], cwd=tmp_path, env=env, capture_output=True, text=True
     )
