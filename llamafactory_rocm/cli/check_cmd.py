@@ -16,7 +16,18 @@ from ._args import add_config_arguments, add_world_arguments, world_env
 
 
 def register(subs: argparse._SubParsersAction) -> None:
-    p = subs.add_parser("check", help="dry run: findings and the resolved config, nothing launched")
+    p = subs.add_parser(
+        "check",
+        help="dry run: findings and the resolved config, nothing launched",
+        description="Check a LLaMA-Factory config against this machine (or a GPU you plan to rent) without "
+        "launching anything: every rule, then LLaMA-Factory's own argument check. Takes what "
+        "`llamafactory-cli train` takes. Exit 0: ready to launch; 1: refused (each finding says the fix).",
+        epilog="examples:\n"
+        "  llamafactory-rocm check my_run.yaml\n"
+        "  llamafactory-rocm check my_run.yaml learning_rate=2e-4 --gpu rx7900xtx --json\n"
+        "  llamafactory-rocm check --stage sft --model_name_or_path meta-llama/Meta-Llama-3-8B-Instruct \\\n"
+        "      --dataset amd_finetune_qa --template llama3 --do_train --fp16 --output_dir saves/run1",
+    )
     add_config_arguments(
         p,
         gpu_help="check for this GPU (e.g. mi300x, rx7900xtx) instead of the one here",
@@ -24,7 +35,7 @@ def register(subs: argparse._SubParsersAction) -> None:
     )
     add_world_arguments(p)
     p.add_argument("--snapshot", help="check against a recorded machine snapshot (JSON) instead of this one")
-    p.add_argument("--json", action="store_true", help="print {ok, findings, config} as JSON")
+    p.add_argument("--json", action="store_true", help="print {ok, findings, config, ...} as JSON (for scripts)")
     p.set_defaults(run=run)
 
 

@@ -10,13 +10,21 @@ from typing import Any
 from ..dataset import CheckOptions, DatasetReport, add_dataset, load_dataset_info, validate_dataset, validate_entry
 from ..dataset.entry import FORMATTINGS
 from ..dataset.rows import DEFAULT_MAX_ROWS_SHOWN
-from ..dataset.validate import DEFAULT_MAX_DROPPED, parse_share
+from ..dataset.validate import DEFAULT_MAX_DROPPED, parse_share, rows
 from ..errors import EXIT_FINDINGS, EXIT_OK, UsageError
 from ..resources import datasets_dir
 
 
 def register(subs: argparse._SubParsersAction) -> None:
-    p = subs.add_parser("datasets", help="list, validate and register datasets (dataset_info.json)")
+    p = subs.add_parser(
+        "datasets",
+        help="list, validate and register datasets (dataset_info.json)",
+        description="The datasets a config can name: list them, check them with datasets' loader and "
+        "LLaMA-Factory's converter, register your own file.",
+        epilog="examples:\n  llamafactory-rocm datasets list\n"
+        "  llamafactory-rocm datasets validate my_custom_data --dataset-dir ./data\n"
+        "  llamafactory-rocm datasets register rows.jsonl --name my_domain --dataset-dir ./data",
+    )
     actions = p.add_subparsers(dest="action", required=True, parser_class=type(p))
 
     ls = actions.add_parser("list", help="the datasets of a dataset_dir (default: the bundled ones)")
@@ -31,7 +39,13 @@ def register(subs: argparse._SubParsersAction) -> None:
     val.add_argument("--dataset-dir", help="folder with dataset_info.json (default: the bundled datasets)")
     val.add_argument("--formatting", choices=FORMATTINGS, help="read the rows as this formatting")
     val.add_argument("--stage", default="sft", choices=("pt", "sft", "rm", "ppo", "kto"), help="default: sft")
-    val.add_argument("--max-errors", type=_count, default=DEFAULT_MAX_ROWS_SHOWN, metavar="N", help="rows shown")
+    val.add_argument(
+        "--max-errors",
+        type=_count,
+        default=DEFAULT_MAX_ROWS_SHOWN,
+        metavar="N",
+        help="bad rows shown (default: %(default)s)",
+    )
     val.add_argument(
         "--max-dropped",
         type=parse_share,
@@ -49,7 +63,7 @@ def register(subs: argparse._SubParsersAction) -> None:
     reg = actions.add_parser("register", help="validate a file, then add it to dataset_info.json")
     reg.add_argument("file", metavar="FILE", help=".json or .jsonl data file")
     reg.add_argument("--name", required=True, help="the name to use as `dataset:` in the config")
-    reg.add_argument("--formatting", choices=FORMATTINGS, default="alpaca")
+    reg.add_argument("--formatting", choices=FORMATTINGS, default="alpaca", help="the rows' layout (default: alpaca)")
     reg.add_argument("--dataset-dir", default="data", help="folder of dataset_info.json (default: ./data)")
     reg.add_argument("--force", action="store_true", help="replace an existing entry of that name")
     reg.set_defaults(run=run_register)
@@ -126,7 +140,7 @@ def report_text(report: DatasetReport) -> str:
         lines = [head + f"{report.source} is not local, not checked"]
     else:
         verdict = "ok" if report.ok else "not usable"
-        lines = [head + f"{report.rows} rows, {report.kept} kept, {report.dropped} dropped: {verdict}"]
+        lines = [head + f"{rows(report.rows)}, {report.kept} kept, {report.dropped} dropped: {verdict}"]
     lines += [f"  error: {e}" for e in report.errors]
     lines += [f"  {r.text()}" for r in report.bad_rows + report.dropped_rows]
     shown = len(report.bad_rows) + len(report.dropped_rows)
@@ -138,7 +152,7 @@ def report_text(report: DatasetReport) -> str:
 
 def run_register(args: argparse.Namespace) -> int:
     done = add_dataset(args.file, args.name, args.formatting, args.dataset_dir, force=args.force)
-    print(f"registered {args.name} ({done.report.rows} rows, {args.formatting}) in {done.info_path}")
+    print(f"registered {args.name} ({rows(done.report.rows)}, {args.formatting}) in {done.info_path}")
     if done.backup is not None:
         print(f"previous dataset_info.json kept as {done.backup}")
     print(f"use it with: dataset: {args.name}, dataset_dir: {done.info_path.parent}")

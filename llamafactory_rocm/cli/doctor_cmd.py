@@ -10,8 +10,15 @@ from .check_cmd import load_snapshot
 
 
 def register(subs: argparse._SubParsersAction) -> None:
-    p = subs.add_parser("doctor", help="one screen: torch build, GPUs, archs, access, packages; pass/warn/fail")
-    p.add_argument("--json", action="store_true")
+    p = subs.add_parser(
+        "doctor",
+        help="one screen: torch build, GPUs, archs, access, packages; pass/warn/fail",
+        description="Is this machine ready to fine-tune? Each topic passes, warns or fails with the fix; "
+        "exit 1 on a fail. The JSON holds no kernel command line, host name or home path.",
+        epilog="examples:\n  llamafactory-rocm doctor\n"
+        "  llamafactory-rocm doctor --json --save-snapshot my_machine.json",
+    )
+    p.add_argument("--json", action="store_true", help="print the report and the machine snapshot as JSON")
     p.add_argument("--snapshot", help="diagnose a recorded machine snapshot (JSON) instead of this machine")
     p.add_argument("--save-snapshot", metavar="FILE", help="also write this machine's snapshot to FILE")
     p.set_defaults(run=run)

@@ -12,8 +12,8 @@ def register(subs: argparse._SubParsersAction) -> None:
     p = subs.add_parser(
         "explain",
         help="explain a finding code: what it means, why, the fix and its source (like `ruff rule`)",
-        description="Explain a finding code printed by check, train, doctor or the hook. "
-        "Example: llamafactory-rocm explain PRECISION_FP16_TO_BF16",
+        description="Explain a finding code printed by check, train, doctor or the hook.",
+        epilog="examples:\n  llamafactory-rocm explain PRECISION_FP16_TO_BF16\n  llamafactory-rocm explain --list",
     )
     p.add_argument("code", nargs="?", help="a finding code, e.g. ROCM_ARCH_MISSES_DEVICE (any case)")
     p.add_argument("--list", action="store_true", help="list every code with its level and one line")

@@ -1,4 +1,4 @@
-"""``llamafactory-rocm``: one small module per subcommand, all thin over the Python API."""
+"""``llamafactory-rocm``: the command line; one small module per subcommand, thin over the Python API."""
 
 from __future__ import annotations
 
@@ -10,12 +10,24 @@ from collections.abc import Sequence
 from ..errors import DEBUG_ENV, EXIT_INTERNAL, EXIT_USAGE, UsageError
 from . import check_cmd, datasets_cmd, demo_cmd, doctor_cmd, explain_cmd, prepare_cmd, presets_cmd, train_cmd
 
+DESCRIPTION = (
+    "LoRA fine-tuning with LLaMA-Factory on AMD GPUs that works the first time: check a config before "
+    "the GPU-hours start, train through LLaMA-Factory's own trainer, presets per GPU, datasets."
+)
+EXAMPLES = """examples:
+  llamafactory-rocm demo                                   # a tiny fine-tune on this machine, no download
+  llamafactory-rocm check my_run.yaml --gpu mi300x         # will it run there? what would change?
+  llamafactory-rocm train my_run.yaml                      # check, record, then LLaMA-Factory trains
+  llamafactory-rocm explain MEMORY_OVER_DEVICE             # what a finding means and how to fix it
+Each command has its own help: llamafactory-rocm check -h"""
+
 SUBCOMMANDS = (check_cmd, train_cmd, prepare_cmd, presets_cmd, datasets_cmd, doctor_cmd, demo_cmd, explain_cmd)
 
 
 class _Parser(argparse.ArgumentParser):
     def __init__(self, *args: object, **kwargs: object) -> None:
         kwargs.setdefault("allow_abbrev", False)  # `--gp` must not become --gpu: it may be LLaMA-Factory's
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)  # examples keep their lines
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
 
     def error(self, message: str) -> None:  # argparse would print the whole usage block
@@ -28,7 +40,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="llamafactory-rocm", description=__doc__)
+    parser = _Parser(prog="llamafactory-rocm", description=DESCRIPTION, epilog=EXAMPLES)
     subs = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for module in SUBCOMMANDS:
         module.register(subs)

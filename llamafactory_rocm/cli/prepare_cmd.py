@@ -12,7 +12,10 @@ from ..errors import EXIT_FINDINGS, EXIT_OK
 
 def register(subs: argparse._SubParsersAction) -> None:
     p = subs.add_parser(
-        "prepare", help="run LLaMA-Factory's dataset preprocessing on CPU and save it at tokenized_path"
+        "prepare",
+        help="run LLaMA-Factory's dataset preprocessing on CPU and save it at tokenized_path",
+        epilog="examples:\n  llamafactory-rocm prepare my_run.yaml\n"
+        "  llamafactory-rocm prepare my_run.yaml tokenized_path=./tok --json",
     )
     p.usage = "%(prog)s CONFIG.yaml [key=value ...] [--json] [--force] [--world-size N]"
     p.add_argument("--json", action="store_true", help="print the counts as JSON")

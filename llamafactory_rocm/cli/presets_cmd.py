@@ -9,22 +9,30 @@ from .. import presets
 
 
 def register(subs: argparse._SubParsersAction) -> None:
-    p = subs.add_parser("presets", help="list, show, copy the per-GPU LoRA presets")
+    p = subs.add_parser(
+        "presets",
+        help="list, show, copy the per-GPU LoRA presets",
+        description="LoRA presets per AMD GPU, plain LLaMA-Factory YAML that stock llamafactory-cli runs.",
+        epilog="examples:\n  llamafactory-rocm presets list --gpu w7900\n"
+        "  llamafactory-rocm presets show rx7900xtx_llama3_lora\n"
+        "  llamafactory-rocm presets copy mi300x_llama3_lora ./my_run.yaml\n"
+        "  llamafactory-rocm presets path mi250_llama3_lora",
+    )
     verbs = p.add_subparsers(dest="verb", required=True, parser_class=type(p))
     ls = verbs.add_parser("list", help="every preset with its GPU, arch, model, method and memory estimate")
     ls.add_argument("--gpu", help="only presets for this GPU's arch (e.g. w7900 lists the gfx1100 ones)")
-    ls.add_argument("--json", action="store_true")
+    ls.add_argument("--json", action="store_true", help="print a JSON list (for scripts)")
     ls.set_defaults(run=run_list)
     show = verbs.add_parser("show", help="print a preset's YAML with its target and memory need")
-    show.add_argument("name")
+    show.add_argument("name", help="a preset name from `presets list`, e.g. rx7900xtx_llama3_lora")
     show.set_defaults(run=run_show)
     cp = verbs.add_parser("copy", help="copy a preset to edit it (never overwrites without --force)")
-    cp.add_argument("name")
+    cp.add_argument("name", help="a preset name from `presets list`")
     cp.add_argument("dest", help="a file name or an existing folder")
     cp.add_argument("--force", action="store_true", help="overwrite an existing file")
     cp.set_defaults(run=run_copy)
     where = verbs.add_parser("path", help="print the installed file's path")
-    where.add_argument("name")
+    where.add_argument("name", help="a preset name from `presets list`")
     where.set_defaults(run=run_path)
 
 

@@ -8,7 +8,16 @@ from ._args import add_config_arguments
 
 
 def register(subs: argparse._SubParsersAction) -> None:
-    p = subs.add_parser("train", help="check, then run LLaMA-Factory's own trainer on the resolved config")
+    p = subs.add_parser(
+        "train",
+        help="check, then run LLaMA-Factory's own trainer on the resolved config",
+        description="Check the config on this machine, refuse it if the run would fail, record what runs "
+        "(rocm_launch.json, rocm_resolved.yaml in output_dir), then hand over to LLaMA-Factory's trainer.",
+        epilog="examples:\n"
+        "  llamafactory-rocm train my_run.yaml\n"
+        "  llamafactory-rocm train presets/mi300x_llama3_lora.yaml model_name_or_path=/models/llama3\n"
+        "  llamafactory-rocm train my_run.yaml --accept MEMORY_OVER_DEVICE",
+    )
     add_config_arguments(
         p, gpu_help="refuse unless this GPU is the one present", arch_help="refuse unless this arch is the one present"
     )

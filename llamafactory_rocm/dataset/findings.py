@@ -12,7 +12,7 @@ from ..findings import Finding, Level
 from ..resources import datasets_dir
 from .entry import closest
 from .info import INFO_FILE, load_dataset_info
-from .validate import CheckOptions, DatasetReport, max_dropped_from_env, validate_entry
+from .validate import CheckOptions, DatasetReport, max_dropped_from_env, rows, validate_entry
 
 
 def config_dataset_findings(config: Mapping[str, Any], cwd: Path) -> tuple[dict[str, Any], list[Finding]]:
@@ -99,7 +99,7 @@ def _dataset_findings(name: str, report: DatasetReport, folder: Path) -> list[Fi
     command = f"llamafactory-rocm datasets validate {shlex.quote(name)} --dataset-dir {shlex.quote(str(folder))}"
     where = report.files[0] if len(report.files) == 1 else report.source
     if not report.ok:
-        message = f"dataset {name} ({where}): {report.rows} rows, {report.kept} kept; {report.first_problem()}."
+        message = f"dataset {name} ({where}): {rows(report.rows)}, {report.kept} kept; {report.first_problem()}."
         fix = f"Run `{command}` to list every bad row, then fix the data or its dataset_info.json entry."
         return [_invalid(name, message, fix)]
     return [
@@ -122,7 +122,7 @@ def _bundled_finding(raw_dir: str, folder: Path, bundled: Path, names: list[str]
         key="dataset_dir",
         old=raw_dir,
         new=str(bundled),
-        message=f"{', '.join(names)} are bundled with llamafactory-rocm, and {where}.",
+        message=f"{', '.join(names)} {'is' if len(names) == 1 else 'are'} bundled with llamafactory-rocm, and {where}.",
         fix=f"Set dataset_dir to the bundled folder {bundled}.",
     )
 

@@ -61,7 +61,7 @@ class DatasetReport:
         if self.remote:
             return f"{self.label}: {self.source} is not a local file, not checked"
         first = self.first_problem()
-        return f"{self.label}: {self.rows} rows, {self.kept} kept" + (f"; first: {first}" if first else "")
+        return f"{self.label}: {rows(self.rows)}, {self.kept} kept" + (f"; first: {first}" if first else "")
 
     def as_json(self) -> dict[str, Any]:
         return {**asdict(self), "ok": self.ok}
@@ -76,6 +76,11 @@ class CheckOptions:
     max_dropped: float = DEFAULT_MAX_DROPPED
     max_rows: int | None = None  # max_samples: LLaMA-Factory converts only the first rows
     media_dir: str | None = None
+
+
+def rows(n: int) -> str:
+    """``1 row``, ``3 rows``: counts in messages read as English."""
+    return f"{n} row" if n == 1 else f"{n} rows"
 
 
 def max_dropped_from_env(environ: Any = os.environ) -> float:
@@ -237,24 +242,24 @@ def _judge(report: DatasetReport, absent: list[str], empty: int, max_dropped: fl
         names = f"{'columns' if len(absent) > 1 else 'column'} {', '.join(map(repr, absent))}"
         missing = f" ({names} in no row: add it or map the entry without it)"
         report.errors.append(
-            f"LLaMA-Factory's converter stops on {report.failed} of {report.rows} rows"
+            f"LLaMA-Factory's converter stops on {report.failed} of {rows(report.rows)}"
             f"{missing if absent else ''}; first: {report.bad_rows[0].text()}"
         )
     elif not report.rows:
         report.errors.append("there are no rows: LLaMA-Factory stops with 'Cannot find valid samples'")
     elif report.dropped and not report.kept:
         report.errors.append(
-            f"LLaMA-Factory drops all {report.rows} rows ({_reasons(report)}), and stops with 'Cannot find valid "
+            f"LLaMA-Factory drops all {rows(report.rows)} ({_reasons(report)}), and stops with 'Cannot find valid "
             "samples'. Check the formatting, columns and tags of the entry against the data"
         )
     elif report.dropped > max_dropped * report.rows:
         report.errors.append(
-            f"LLaMA-Factory drops {report.dropped} of {report.rows} rows ({_reasons(report)}): more than the "
+            f"LLaMA-Factory drops {report.dropped} of {rows(report.rows)} ({_reasons(report)}): more than the "
             f"{max_dropped:g} allowed (--max-dropped, or {MAX_DROPPED_ENV} for check and train)"
         )
     elif report.dropped:
         report.warnings.append(
-            f"LLaMA-Factory drops {report.dropped} of {report.rows} rows with a warning ({_reasons(report)}) "
+            f"LLaMA-Factory drops {report.dropped} of {rows(report.rows)} with a warning ({_reasons(report)}) "
             f"and trains on the other {report.kept}"
         )
     if empty:
