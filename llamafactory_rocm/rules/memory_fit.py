@@ -53,30 +53,21 @@ def memory_fit(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) 
         fix = "Use QLoRA (quantization_bit: 4, bitsandbytes >= 0.49) or lower cutoff_len."
     else:
         fix = "Lower cutoff_len or use a GPU with more memory."
-    if est.total_gib > device_gib:  # not a risk but a certainty: the allocator cannot place it
-        return unchanged(
-            config,
-            env,
-            Finding(
-                code="MEMORY_OVER_DEVICE",
-                level=Level.ERROR,
-                old=round(est.total_gib, 1),
-                new=batch,
-                message=f"Estimated peak {est.total_gib:.1f} GiB is more than the {device_gib:.1f} GiB device "
-                f"({breakdown}): the run would stop with out-of-memory.",
-                fix=fix + " If you know better than the estimate, --accept MEMORY_OVER_DEVICE.",
-            ),
-        )
+    over = est.total_gib > device_gib  # not a risk but a certainty: the allocator cannot place it
+    if over:
+        where, outcome = f"is more than the {device_gib:.1f} GiB device", "the run would stop with out-of-memory."
+        fix += " If you know better than the estimate, --accept MEMORY_OVER_DEVICE."
+    else:
+        where, outcome = f"exceeds 90% of the {device_gib:.1f} GiB device", "expect out-of-memory."
     return unchanged(
         config,
         env,
         Finding(
-            code="MEMORY_OVER_BUDGET",
-            level=Level.WARNING,
+            code="MEMORY_OVER_DEVICE" if over else "MEMORY_OVER_BUDGET",
+            level=Level.ERROR if over else Level.WARNING,
             old=round(est.total_gib, 1),
             new=batch,
-            message=f"Estimated peak {est.total_gib:.1f} GiB exceeds 90% of the {device_gib:.1f} GiB device "
-            f"({breakdown}): expect out-of-memory.",
+            message=f"Estimated peak {est.total_gib:.1f} GiB {where} ({breakdown}): {outcome}",
             fix=fix,
         ),
     )
