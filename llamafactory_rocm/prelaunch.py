@@ -20,6 +20,7 @@ from .lf_verdict import DeviceAnswers, parser_verdict
 from .memory import model_config_for
 from .rules import Context, Resolution, Target, resolve
 from .rules.packages import missing_packages
+from .probe import installed_distributions
 from .snapshot import Device, KfdNode, Snapshot, TorchBuild
 
 # Names LLaMA-Factory treats as final weights in output_dir (hparams/parser.py CHECKPOINT_NAMES).
@@ -218,13 +219,6 @@ def parse_accept(value: str | None) -> frozenset[str]:
             "would not start. Fix the config instead (`llamafactory-rocm explain CODE`)."
         )
     return codes
-
-
-def installed_distributions() -> frozenset[str]:
-    """Names of the installed distributions, normalised (lowercase, '-' for '_')."""
-    from importlib import metadata
-
-    return frozenset((dist.metadata["Name"] or "").lower().replace("_", "-") for dist in metadata.distributions())
 
 
 def device_answers(snapshot: Snapshot) -> DeviceAnswers | None:

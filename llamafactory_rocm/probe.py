@@ -115,3 +115,8 @@ def take_snapshot() -> Snapshot:
         access=probe_access(),
         python=platform.python_version(),
     )
+
+
+def installed_distributions() -> frozenset[str]:
+    """Names of the installed distributions, normalised (lowercase, '-' for '_'): what a config's keys need."""
+    return frozenset((dist.metadata["Name"] or "").lower().replace("_", "-") for dist in metadata.distributions())
