@@ -18,9 +18,9 @@ from .findings import Finding, Level, has_errors
 from .lf_schema import load_schema
 from .lf_verdict import DeviceAnswers, parser_verdict
 from .memory import model_config_for
+from .probe import installed_distributions
 from .rules import Context, Resolution, Target, resolve
 from .rules.packages import missing_packages
-from .probe import installed_distributions
 from .snapshot import Device, KfdNode, Snapshot, TorchBuild
 
 # Names LLaMA-Factory treats as final weights in output_dir (hparams/parser.py CHECKPOINT_NAMES).
