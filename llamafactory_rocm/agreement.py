@@ -32,13 +32,13 @@ from typing import Any
 from transformers import TrainerCallback
 
 from .errors import EXIT_NODES_DISAGREE
+from .findings import ACCEPT_ENV, parse_accept
 from .snapshot import Snapshot
 
 CODE = "NODES_DISAGREE"
 # Test seam, read by nothing but this module: a recorded snapshot (JSON) whose torch/HIP versions and
 # devices stand in for this node's in the comparison, so one machine can play two different nodes.
 SNAPSHOT_ENV = "LLAMAFACTORY_ROCM_AGREEMENT_SNAPSHOT"
-ACCEPT_ENV = "LLAMAFACTORY_ROCM_ACCEPT"  # as for every finding: NODES_DISAGREE accepted -> warn, go on
 
 # Keys that differ between healthy nodes: each node's own disk, its CPU count, its credentials.
 PER_NODE_KEYS = frozenset(
@@ -179,7 +179,8 @@ def _node_index() -> int:
 
 
 def _accepted() -> bool:
-    return CODE in {c.strip().upper() for c in os.environ.get(ACCEPT_ENV, "").split(",")}
+    """As for every finding: NODES_DISAGREE accepted -> said, and training goes on."""
+    return CODE in parse_accept(os.environ.get(ACCEPT_ENV))
 
 
 class NodeAgreement(TrainerCallback):

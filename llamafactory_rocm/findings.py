@@ -7,6 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from .errors import UsageError
+
 
 class Level(str, Enum):
     ERROR = "error"  # launching would fail or waste the GPU-hour: refuse
@@ -37,3 +39,20 @@ def explain_hint(code: str) -> str:
 
 def has_errors(findings: list[Finding]) -> bool:
     return any(f.level is Level.ERROR for f in findings)
+
+
+# Codes that LLaMA-Factory itself refuses: accepting them cannot make the run start.
+UNACCEPTABLE = frozenset({"UNKNOWN_KEY", "VALUE_INVALID", "LLAMAFACTORY_REFUSED", "PRECISION_CONFLICT"})
+ACCEPT_ENV = "LLAMAFACTORY_ROCM_ACCEPT"
+
+
+def parse_accept(value: str | None) -> frozenset[str]:
+    """``CODE[,CODE]`` (``--accept`` or LLAMAFACTORY_ROCM_ACCEPT) -> codes; LLaMA-Factory's own refusals cannot be."""
+    codes = frozenset(c.strip().upper() for c in (value or "").split(",") if c.strip())
+    refused = sorted(codes & UNACCEPTABLE)
+    if refused:
+        raise UsageError(
+            f"{', '.join(refused)} cannot be accepted: LLaMA-Factory itself refuses such a config, so the run "
+            "would not start. Fix the config instead (`llamafactory-rocm explain CODE`)."
+        )
+    return codes

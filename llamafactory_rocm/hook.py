@@ -90,9 +90,10 @@ def prepare(args: dict[str, Any] | list[str] | None) -> tuple[dict[str, Any], An
     raw = read_args(args)
     if isinstance(raw, list) and ("-h" in raw or "--help" in raw):
         return None  # help: LLaMA-Factory prints its own
+    from .findings import ACCEPT_ENV
     from .guard import DivergenceGuard
     from .lf_schema import load_schema
-    from .prelaunch import ACCEPT_ENV, check_config
+    from .prelaunch import check_config
     from .record import write_launch_files
     from .render import report_text
 

@@ -38,7 +38,7 @@ def prepare_training(
 
 
 def _env_accept() -> str | None:
-    from .prelaunch import ACCEPT_ENV
+    from .findings import ACCEPT_ENV
 
     return os.environ.get(ACCEPT_ENV)
 

@@ -14,7 +14,7 @@ from typing import Any
 from .catalogue import Catalogue, base_arch, load_catalogue
 from .dataset import config_dataset_findings
 from .errors import UsageError
-from .findings import Finding, Level, has_errors
+from .findings import Finding, Level, has_errors, parse_accept
 from .lf_schema import load_schema
 from .lf_verdict import DeviceAnswers, parser_verdict
 from .memory import model_config_for
@@ -202,23 +202,6 @@ def resolve_deepspeed_path(
             fix=f"Using {beside}.",
         )
     ]
-
-
-# Codes that LLaMA-Factory itself refuses: accepting them cannot make the run start.
-UNACCEPTABLE = frozenset({"UNKNOWN_KEY", "VALUE_INVALID", "LLAMAFACTORY_REFUSED", "PRECISION_CONFLICT"})
-ACCEPT_ENV = "LLAMAFACTORY_ROCM_ACCEPT"
-
-
-def parse_accept(value: str | None) -> frozenset[str]:
-    """``CODE[,CODE]`` (``--accept`` or LLAMAFACTORY_ROCM_ACCEPT) -> codes; LLaMA-Factory's own refusals cannot be."""
-    codes = frozenset(c.strip().upper() for c in (value or "").split(",") if c.strip())
-    refused = sorted(codes & UNACCEPTABLE)
-    if refused:
-        raise UsageError(
-            f"{', '.join(refused)} cannot be accepted: LLaMA-Factory itself refuses such a config, so the run "
-            "would not start. Fix the config instead (`llamafactory-rocm explain CODE`)."
-        )
-    return codes
 
 
 def device_answers(snapshot: Snapshot) -> DeviceAnswers | None:
