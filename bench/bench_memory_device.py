@@ -46,8 +46,8 @@ def build_model(folder: Path) -> None:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
+    from llamafactory_rocm.demo.tiny import build_tiny_model, texts_from_dataset
     from llamafactory_rocm.resources import datasets_dir
-    from llamafactory_rocm.tiny import build_tiny_model, texts_from_dataset
 
     build_tiny_model(folder, texts_from_dataset(datasets_dir() / "amd_finetune_qa.json"))
     shipped = json.loads((ROOT / "llamafactory_rocm/models/llama3_8b.json").read_text())["config"]

@@ -24,8 +24,8 @@ import yaml
 from _util import machine, median, timed
 from bench_validate import make_file
 
+from llamafactory_rocm.demo.tiny import build_tiny_model, texts_from_dataset
 from llamafactory_rocm.resources import datasets_dir
-from llamafactory_rocm.tiny import build_tiny_model, texts_from_dataset
 
 
 def config(model: Path, data: Path, out: Path) -> dict:

@@ -23,8 +23,8 @@ from pathlib import Path
 import yaml
 from _util import machine, median, timed
 
+from llamafactory_rocm.demo.tiny import build_tiny_model, texts_from_dataset
 from llamafactory_rocm.resources import datasets_dir
-from llamafactory_rocm.tiny import build_tiny_model, texts_from_dataset
 
 
 def config(model: Path, out: Path) -> dict:

@@ -44,7 +44,7 @@ def rss(key):
 """
 _SAME_IMPORTS = """
 import datasets
-from llamafactory_rocm._startup import text_only_llamafactory
+from llamafactory_rocm.lf.text_only import text_only_llamafactory
 from llamafactory_rocm.dataset import validate_dataset
 from llamafactory_rocm.dataset.loader import stream_tables
 from llamafactory_rocm.dataset.validate import CheckOptions, dataset_attr

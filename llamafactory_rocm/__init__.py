@@ -11,13 +11,13 @@ import importlib
 __version__ = "0.1.0"
 
 _LAZY = {
-    "check_config": ("llamafactory_rocm.prelaunch", "check_config"),
-    "Report": ("llamafactory_rocm.prelaunch", "Report"),
+    "check_config": ("llamafactory_rocm.check.run", "check_config"),
+    "Report": ("llamafactory_rocm.check.run", "Report"),
     "Finding": ("llamafactory_rocm.findings", "Finding"),
     "Level": ("llamafactory_rocm.findings", "Level"),
-    "Snapshot": ("llamafactory_rocm.snapshot", "Snapshot"),
-    "take_snapshot": ("llamafactory_rocm.probe", "take_snapshot"),
-    "load_catalogue": ("llamafactory_rocm.catalogue", "load_catalogue"),
+    "Snapshot": ("llamafactory_rocm.machine.snapshot", "Snapshot"),
+    "take_snapshot": ("llamafactory_rocm.machine.probe", "take_snapshot"),
+    "load_catalogue": ("llamafactory_rocm.machine.catalogue", "load_catalogue"),
 }
 __all__ = ["__version__", "presets", *sorted(_LAZY)]
 

@@ -39,68 +39,17 @@ def enabled(environ: dict[str, str] | os._Environ[str] = os.environ) -> bool:
     return environ.get(SWITCH, "1").strip().lower() not in {"0", "false", "off", "no"}
 
 
-def say(message: str) -> None:
-    """One line on stderr, from rank 0 only."""
-    if os.environ.get("RANK", "0") == "0":
-        print(f"llamafactory-rocm: {message}", file=sys.stderr, flush=True)
-
-
-class MissingTorchaudio(ModuleType):
-    """Stands in for a torchaudio that cannot be imported; fails only when audio is touched."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__("torchaudio")
-        self.__spec__ = importlib.machinery.ModuleSpec("torchaudio", None)
-        self._reason = reason
-
-    def __getattr__(self, name: str) -> object:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        raise ImportError(
-            f"this dataset has audio inputs, which need torchaudio, but it cannot be imported "
-            f"({self._reason}). Text-only training does not need it; for audio, install the "
-            "torchaudio wheel built for your torch (ROCm: from the same ROCm wheel index as torch)."
-        )
-
-
-_ABSENT = object()
-
-
-class text_only_llamafactory:  # lower case: used like a function, `with text_only_llamafactory():`
-    """Import LLaMA-Factory modules here even when torchaudio cannot be imported."""
-
-    def __enter__(self) -> None:
-        self._stand_in: MissingTorchaudio | None = None
-        if sys.modules.get("torchaudio") is not None:
-            return
-        self._previous = sys.modules.get("torchaudio", _ABSENT)
-        try:
-            __import__("torchaudio")
-        except Exception as exc:  # ImportError, or OSError for a CUDA-linked wheel (libc10_cuda.so)
-            for name in [n for n in sys.modules if n.startswith("torchaudio.")]:
-                del sys.modules[name]
-            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            self._stand_in = MissingTorchaudio(reason)
-            sys.modules["torchaudio"] = self._stand_in
-
-    def __exit__(self, *exc_info: object) -> None:
-        # Others (transformers' availability checks) must not mistake the stand-in for torchaudio.
-        if self._stand_in is not None and sys.modules.get("torchaudio") is self._stand_in:
-            if self._previous is _ABSENT:
-                del sys.modules["torchaudio"]
-            else:
-                sys.modules["torchaudio"] = self._previous  # type: ignore[assignment]
-
-
 def _patch_tuner(module: ModuleType) -> None:
     original = getattr(module, "run_exp", None)
     if getattr(original, "__llamafactory_rocm__", False):
         return
     try:
-        from llamafactory_rocm.hook import wrap_run_exp
+        from llamafactory_rocm.train.hook import wrap_run_exp
 
         module.run_exp = wrap_run_exp(original)  # type: ignore[attr-defined]
     except Exception as exc:  # never break training: say so and step aside
+        from llamafactory_rocm.console import say
+
         say(f"pre-launch check is off for this run ({exc}); set {SWITCH}=0 to silence this line.")
 
 
@@ -119,6 +68,8 @@ class _HookedLoader:
 
     def exec_module(self, module: ModuleType) -> None:
         if self._fullname == MM_PLUGIN:
+            from llamafactory_rocm.lf.text_only import text_only_llamafactory
+
             with text_only_llamafactory():
                 self._inner.exec_module(module)
         else:

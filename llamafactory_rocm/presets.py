@@ -17,10 +17,10 @@ from typing import Any
 
 import yaml
 
-from .catalogue import load_catalogue
 from .errors import UsageError
 from .findings import Finding
 from .fsutil import atomic_write_text
+from .machine.catalogue import load_catalogue
 from .memory import Estimate, estimate_config
 from .preset_registry import PRESETS, PresetEntry
 from .resources import datasets_dir, presets_dir
@@ -86,7 +86,7 @@ def load(name: str, overrides: Mapping[str, Any] | None = None) -> dict[str, Any
 
 def check(config: Mapping[str, Any], gpu: str | None = None, arch: str | None = None) -> list[Finding]:
     """The findings of the pre-launch rules for ``config`` on this machine (or a planned GPU)."""
-    from .prelaunch import check_config
+    from .check.run import check_config
 
     return check_config(config, gpu=gpu, arch=arch).findings
 
@@ -101,7 +101,7 @@ def info(name: str) -> PresetInfo:
 
 def list_presets(gpu: str | None = None) -> list[PresetInfo]:
     """Every preset, or those for ``gpu``'s arch (an unknown name raises, naming the nearest)."""
-    from .prelaunch import resolve_target
+    from .check.run import resolve_target
 
     target = resolve_target(gpu=gpu) if gpu else None
     catalogue = load_catalogue()

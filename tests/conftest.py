@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from llamafactory_rocm.catalogue import load_catalogue
-from llamafactory_rocm.lf_keys import train_keys
+from llamafactory_rocm.lf.keys import train_keys
+from llamafactory_rocm.machine.catalogue import load_catalogue
+from llamafactory_rocm.machine.snapshot import Snapshot
 from llamafactory_rocm.resources import datasets_dir
 from llamafactory_rocm.rules import Context, Target
-from llamafactory_rocm.snapshot import Snapshot
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 ROCM_SNAPSHOTS = ("mi300x", "mi300x_8gpu", "mi250x", "rx7900xtx", "w7900", "mi100", "mi50", "rx7800xt")
@@ -67,7 +67,7 @@ def run_cli(args: list[str], cwd: Path, env: dict[str, str], timeout: int = 600)
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny Llama + tokenizer trained on the bundled QA data (built once per test session)."""
-    from llamafactory_rocm.tiny import build_tiny_model, texts_from_dataset
+    from llamafactory_rocm.demo.tiny import build_tiny_model, texts_from_dataset
 
     out = tmp_path_factory.mktemp("tiny") / "tiny-llama"
     return build_tiny_model(out, texts_from_dataset(datasets_dir() / "amd_finetune_qa.json"))

@@ -4,14 +4,16 @@ import json
 
 import pytest
 
-from llamafactory_rocm.catalogue import base_arch, load_catalogue, normalise_alias
-from llamafactory_rocm.probe import probe_kfd, take_snapshot
-from llamafactory_rocm.snapshot import Snapshot, gfx_target_from_version
+from llamafactory_rocm.machine.catalogue import base_arch, load_catalogue, normalise_alias
+from llamafactory_rocm.machine.probe import probe_kfd, take_snapshot
+from llamafactory_rocm.machine.snapshot import Snapshot, gfx_target_from_version
 from tests.conftest import ALL_SNAPSHOTS, load_snapshot
 from tests.conftest import SNAPSHOTS as SNAPSHOTS_DIR
 
 NOTES_TARGETS = {"gfx1100", "gfx1101", "gfx1102", "gfx1030", "gfx90a", "gfx940", "gfx941", "gfx942", "gfx950",
-                 "gfx908", "gfx906"}  # fmt: skip
+                 "gfx908", "gfx906",
+                 # issue 22: RDNA4, the Ryzen APUs and the desktop iGPU (docs/rocm-facts.md#n1)
+                 "gfx1200", "gfx1201", "gfx1150", "gfx1151", "gfx1103", "gfx1036"}  # fmt: skip
 
 
 def test_every_target_in_the_notes_is_catalogued():
@@ -28,7 +30,9 @@ def test_aliases_are_unique_and_the_preset_gpus_exist():
     aliases = [p.alias for a in cat.archs.values() for p in a.products]
     assert len(aliases) == len(set(aliases))
     for alias, arch in {"mi300x": "gfx942", "mi250": "gfx90a", "mi250x": "gfx90a", "rx7900xtx": "gfx1100",
-                        "w7900": "gfx1100", "mi100": "gfx908", "mi50": "gfx906"}.items():  # fmt: skip
+                        "w7900": "gfx1100", "mi100": "gfx908", "mi50": "gfx906", "rx9070xt": "gfx1201",
+                        "rx9070": "gfx1201", "r9700": "gfx1201", "rx9060xt": "gfx1200", "strixhalo": "gfx1151",
+                        "ryzenaimax395": "gfx1151", "mi355x": "gfx950", "mi350x": "gfx950"}.items():  # fmt: skip
         assert cat.gpu(alias)[1].target == arch
 
 
@@ -108,3 +112,14 @@ def test_recorded_snapshots_hold_no_kernel_command_line():
     for path in SNAPSHOTS_DIR.glob("*.json"):
         data = json.loads(path.read_text())
         assert "kernel_cmdline" not in data and isinstance(data["iommu_pt"], bool), path.name
+
+
+def test_apus_are_marked_integrated_with_unified_memory():
+    cat = load_catalogue()
+    for alias in ("strixhalo", "ryzenaimax395", "radeon890m", "radeon780m", "raphaeligpu", "mi300a"):
+        product, _ = cat.gpu(alias)
+        assert product.integrated and product.unified_memory, alias
+    for alias in ("rx9070xt", "r9700", "mi355x", "rx7900xtx"):
+        product, _ = cat.gpu(alias)
+        assert not product.integrated and not product.unified_memory, alias
+    assert cat.gpu("r9700")[0].vram_gib == 32 and cat.gpu("mi355x")[0].vram_gib == 288

@@ -176,7 +176,7 @@ def test_a_positional_word_among_flags_is_one_line_exit_2(workdir):
 def test_our_own_options_are_never_llamafactory_keys():
     from llamafactory_rocm.cli._args import OWN_OPTIONS
     from llamafactory_rocm.cli.main import build_parser
-    from llamafactory_rocm.lf_schema import load_schema
+    from llamafactory_rocm.lf.schema import load_schema
 
     keys = load_schema().keys
     assert load_schema().parser is not None
@@ -211,7 +211,7 @@ def test_an_error_of_our_own_is_one_line_with_exit_4_and_the_traceback_on_reques
 
 
 def test_once_llamafactory_runs_its_errors_are_shown_as_it_shows_them(workdir, monkeypatch):
-    from llamafactory_rocm import launch
+    from llamafactory_rocm.train import launch
     from llamafactory_rocm.cli import check_cmd, main
 
     def trainer_fails(args: object) -> int:

@@ -47,8 +47,8 @@ def test_help_speaks_to_users_not_developers():
 
 
 def test_counts_and_names_read_as_english():
+    from llamafactory_rocm.check.run import check_config
     from llamafactory_rocm.dataset.validate import rows
-    from llamafactory_rocm.prelaunch import check_config
 
     assert (rows(1), rows(0), rows(3)) == ("1 row", "0 rows", "3 rows")
     config = {"dataset": "amd_finetune_qa", "dataset_dir": "no-such-dir", "stage": "sft"}

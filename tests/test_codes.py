@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from llamafactory_rocm import presets
-from llamafactory_rocm.catalogue import load_catalogue
-from llamafactory_rocm.catalogue.codes import load_codes
-from llamafactory_rocm.doctor import diagnose
 from llamafactory_rocm.findings import Finding, Level
+from llamafactory_rocm.findings.registry import load_codes
+from llamafactory_rocm.machine.catalogue import load_catalogue
+from llamafactory_rocm.machine.doctor import diagnose
 from llamafactory_rocm.rules import Target, resolve
 from tests.conftest import ALL_SNAPSHOTS, load_snapshot, make_ctx
 
@@ -86,14 +86,14 @@ def test_the_source_scan_finds_codes() -> None:
 
 def test_every_code_in_the_source_has_an_entry() -> None:
     missing = sorted(source_codes() - set(load_codes().codes))
-    assert missing == [], f"add an entry to llamafactory_rocm/catalogue/codes.json for {missing}"
+    assert missing == [], f"add an entry to llamafactory_rocm/findings/codes.json for {missing}"
 
 
 def test_every_code_the_rules_emit_on_the_snapshots_has_an_entry() -> None:
     emitted = emitted_over_snapshots()
     assert len(emitted) >= 25  # the run reaches most rules, not a corner
     missing = sorted(emitted - set(load_codes().codes))
-    assert missing == [], f"add an entry to llamafactory_rocm/catalogue/codes.json for {missing}"
+    assert missing == [], f"add an entry to llamafactory_rocm/findings/codes.json for {missing}"
 
 
 def test_every_entry_is_a_code_the_package_can_emit() -> None:

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from llamafactory_rocm.doctor import FAIL, PASS, WARN, diagnose, has_fail
+from llamafactory_rocm.machine.doctor import FAIL, PASS, WARN, diagnose, has_fail
 from tests.conftest import SNAPSHOTS, load_snapshot
 
 
@@ -138,7 +138,7 @@ def _strings(node: object) -> set[str]:
 
 
 def test_the_probe_keeps_only_whether_iommu_pt_is_set(tmp_path):
-    from llamafactory_rocm.probe import read_iommu_pt
+    from llamafactory_rocm.machine.probe import read_iommu_pt
 
     line = tmp_path / "cmdline"
     line.write_text("BOOT_IMAGE=/vmlinuz-6.8.0 root=UUID=1b2c3d4e ro iommu=pt amd_iommu=on\n")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from llamafactory_rocm.catalogue.codes import load_codes
 from llamafactory_rocm.cli.main import main
 from llamafactory_rocm.errors import EXIT_USAGE
+from llamafactory_rocm.findings.registry import load_codes
 
 
 def test_explain_prints_what_why_fix_example_and_the_fact(capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from llamafactory_rocm.check.run import check_config
 from llamafactory_rocm.findings import Level
 from llamafactory_rocm.memory import (
     TrainingShape,
@@ -12,7 +13,6 @@ from llamafactory_rocm.memory import (
     model_config_for,
     shape_and_count,
 )
-from llamafactory_rocm.prelaunch import check_config
 from llamafactory_rocm.presets import load
 
 LLAMA3 = "meta-llama/Meta-Llama-3-8B-Instruct"

@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from llamafactory_rocm import presets
-from llamafactory_rocm.agreement import SNAPSHOT_ENV, differences, disagreement_line, node_facts
 from llamafactory_rocm.errors import EXIT_FINDINGS, EXIT_NODES_DISAGREE, EXIT_OK, EXIT_USAGE
+from llamafactory_rocm.train.agreement import SNAPSHOT_ENV, differences, disagreement_line, node_facts
 from tests.conftest import SNAPSHOTS, load_snapshot, offline_env, tiny_train_config
 
 LLAMAFACTORY_CLI = str(Path(sys.executable).parent / "llamafactory-cli")
@@ -87,8 +87,8 @@ AGREE_SCRIPT = textwrap.dedent(
     """
     import json, os, sys
     import torch.distributed as dist
-    from llamafactory_rocm.agreement import NodeAgreement, NodesDisagree, SNAPSHOT_ENV
-    from llamafactory_rocm.snapshot import Snapshot
+    from llamafactory_rocm.train.agreement import NodeAgreement, NodesDisagree, SNAPSHOT_ENV
+    from llamafactory_rocm.machine.snapshot import Snapshot
 
     rank = int(os.environ["RANK"])
 
@@ -175,7 +175,7 @@ def node_config(model: Path, tmp_path: Path, rank: int, **overrides: object) -> 
 
 @pytest.mark.trainer
 def test_two_nodes_train_with_identical_rewrites_and_one_record_per_node(tiny_model, tmp_path):
-    from llamafactory_rocm.record import latest_record
+    from llamafactory_rocm.check.record import latest_record
 
     codes, logs, _ = two_nodes(tmp_path, (node_config(tiny_model, tmp_path, 0), node_config(tiny_model, tmp_path, 1)))
     assert codes == [EXIT_OK, EXIT_OK], logs[0][-3000:] + logs[1][-3000:]

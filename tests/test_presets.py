@@ -14,7 +14,7 @@ import yaml
 from llamafactory_rocm import presets
 from llamafactory_rocm.errors import UsageError
 from llamafactory_rocm.findings import Level
-from llamafactory_rocm.lf_keys import train_keys
+from llamafactory_rocm.lf.keys import train_keys
 from llamafactory_rocm.preset_registry import PRESETS
 from llamafactory_rocm.resources import presets_dir
 from tests.conftest import offline_env
@@ -72,7 +72,7 @@ def test_check_for_its_own_gpu_reports_no_error_and_fits(name):
 
 
 def test_check_on_the_wrong_gpu_with_a_recorded_machine_is_refused():
-    from llamafactory_rocm.prelaunch import check_config
+    from llamafactory_rocm.check.run import check_config
     from tests.conftest import load_snapshot
 
     report = check_config(presets.load("mi300x_llama3_lora"), snapshot=load_snapshot("rx7900xtx"),
@@ -156,7 +156,7 @@ def test_preset_is_accepted_by_llamafactorys_real_parser(name, tiny_model, tmp_p
     cfg["use_cpu"] = True  # bf16 on a CPU-only machine
     script = (
         "import json, sys\n"
-        "from llamafactory_rocm._startup import text_only_llamafactory\n"
+        "from llamafactory_rocm.lf.text_only import text_only_llamafactory\n"
         "with text_only_llamafactory():\n"
         "    from llamafactory.hparams import get_train_args\n"
         "m, d, t, f, g = get_train_args(json.loads(sys.argv[1]))\n"
@@ -172,7 +172,7 @@ def test_preset_is_accepted_by_llamafactorys_real_parser(name, tiny_model, tmp_p
 @pytest.mark.trainer
 @pytest.mark.parametrize("name", NAMES)
 def test_preset_scaled_down_trains_through_the_real_trainer(name, tiny_model, tmp_path):
-    from llamafactory_rocm.record import latest_record
+    from llamafactory_rocm.check.record import latest_record
 
     out = tmp_path / "out"
     scaled = {"model_name_or_path": str(tiny_model), "output_dir": str(out), "max_steps": 3, "cutoff_len": 128,
@@ -197,7 +197,7 @@ def test_preset_scaled_down_trains_through_the_real_trainer(name, tiny_model, tm
 
 
 def test_deepspeed_file_beside_the_preset_is_found_from_any_working_directory(tmp_path, monkeypatch):
-    from llamafactory_rocm.prelaunch import check_config
+    from llamafactory_rocm.check.run import check_config
 
     monkeypatch.chdir(tmp_path)
     report = check_config(presets.raw("mi300x_llama3_lora_8gpu"), gpu="mi300x",

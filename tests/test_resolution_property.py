@@ -16,9 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llamafactory_rocm.lf_schema import load_schema
-from llamafactory_rocm.lf_verdict import parser_verdict
-from llamafactory_rocm.prelaunch import check_config, device_answers
+from llamafactory_rocm.check.run import check_config, device_answers
+from llamafactory_rocm.lf.schema import load_schema
+from llamafactory_rocm.lf.verdict import parser_verdict
 from tests.conftest import ALL_SNAPSHOTS, load_snapshot
 
 ABSENT = object()

@@ -4,8 +4,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from llamafactory_rocm.check.run import check_config
 from llamafactory_rocm.findings import Level
-from llamafactory_rocm.prelaunch import check_config
 from llamafactory_rocm.rules import resolve
 from tests.conftest import ALL_SNAPSHOTS, ROCM_SNAPSHOTS, load_snapshot, make_ctx
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from llamafactory_rocm.catalogue import load_catalogue
 from llamafactory_rocm.findings import Level
+from llamafactory_rocm.machine.catalogue import load_catalogue
 from llamafactory_rocm.rules.rocm_arch_env import check_pytorch_rocm_arch, parse_rocm_arch
 from tests.conftest import make_ctx
 

@@ -1,7 +1,7 @@
 """The named GPU must be the one here; existing checkpoints are never clobbered; multi-GPU notices."""
 
+from llamafactory_rocm.check.run import planned_snapshot, resolve_target
 from llamafactory_rocm.findings import Level
-from llamafactory_rocm.prelaunch import planned_snapshot, resolve_target
 from llamafactory_rocm.rules import multi_gpu, outputs, target
 from llamafactory_rocm.rules.base import Context, Target
 from tests.conftest import make_ctx
@@ -114,7 +114,7 @@ def test_resuming_from_a_checkpoint_without_weights_is_refused():
 
 
 def test_the_resume_checkpoint_is_transformers_own_choice_and_its_weights_are_looked_for(tmp_path):
-    from llamafactory_rocm.prelaunch import resume_checkpoint
+    from llamafactory_rocm.check.run import resume_checkpoint
 
     assert resume_checkpoint(tmp_path / "absent") is None
     (tmp_path / "checkpoint-2").mkdir()

@@ -5,7 +5,7 @@ from dataclasses import replace
 import pytest
 
 from llamafactory_rocm.findings import Level
-from llamafactory_rocm.lf_schema import load_schema
+from llamafactory_rocm.lf.schema import load_schema
 from llamafactory_rocm.rules import packages, values
 from tests.conftest import make_ctx
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from llamafactory_rocm.check.run import planned_snapshot
 from llamafactory_rocm.findings import Finding, Level
-from llamafactory_rocm.prelaunch import planned_snapshot
+from llamafactory_rocm.machine.snapshot import Snapshot
 from llamafactory_rocm.rules import memory_fit, resolve, world
 from llamafactory_rocm.rules.base import Context, Target
-from llamafactory_rocm.snapshot import Snapshot
 from tests.conftest import load_snapshot, make_ctx
 
 LLAMA3 = "meta-llama/Meta-Llama-3-8B-Instruct"

@@ -89,7 +89,7 @@ def test_an_unexpected_run_exp_makes_the_hook_step_aside_with_one_line(capsys):
 
 
 def test_a_failing_check_never_blocks_training(monkeypatch, capsys):
-    from llamafactory_rocm import hook
+    from llamafactory_rocm.train import hook
 
     seen = []
 
@@ -103,7 +103,8 @@ def test_a_failing_check_never_blocks_training(monkeypatch, capsys):
 
 
 def test_an_untested_llamafactory_release_is_named_in_one_line(monkeypatch, capsys):
-    from llamafactory_rocm import hook, lf_keys
+    from llamafactory_rocm.lf import keys as lf_keys
+    from llamafactory_rocm.train import hook
 
     monkeypatch.setattr(lf_keys, "installed_llamafactory_version", lambda: "0.9.9")
     hook.wrap_run_exp(lambda args=None, callbacks=None: None)
@@ -112,9 +113,9 @@ def test_an_untested_llamafactory_release_is_named_in_one_line(monkeypatch, caps
 
 
 def test_the_tested_release_is_the_installed_one():
-    from llamafactory_rocm.hook import TESTED_LLAMAFACTORY
-    from llamafactory_rocm.lf_keys import installed_llamafactory_version, live_train_keys, shipped_train_keys
-    from llamafactory_rocm.lf_schema import load_schema
+    from llamafactory_rocm.lf.keys import installed_llamafactory_version, live_train_keys, shipped_train_keys
+    from llamafactory_rocm.lf.schema import load_schema
+    from llamafactory_rocm.train.hook import TESTED_LLAMAFACTORY
 
     installed = installed_llamafactory_version()
     assert installed in TESTED_LLAMAFACTORY

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from llamafactory_rocm.summary import PeakMemory, RunSummary, format_summary, format_summary_line
-from llamafactory_rocm.verbosity import quiet_by_default
+from llamafactory_rocm.train.summary import PeakMemory, RunSummary, format_summary, format_summary_line
+from llamafactory_rocm.train.verbosity import quiet_by_default
 from tests.conftest import offline_env, tiny_train_config
 
 
@@ -84,11 +84,11 @@ def test_format_summary_line(tmp_path: Path) -> None:
 SCRIPT = textwrap.dedent(
     """
     import sys, yaml
-    from llamafactory_rocm.verbosity import quiet_by_default
+    from llamafactory_rocm.train.verbosity import quiet_by_default
 
     quiet_by_default()
     from llamafactory.train.tuner import run_exp
-    from llamafactory_rocm.summary import SummaryCallback
+    from llamafactory_rocm.train.summary import SummaryCallback
 
     quiet_by_default()
     callback = SummaryCallback()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from llamafactory_rocm.record import latest_record
+from llamafactory_rocm.check.record import latest_record
 from tests.conftest import offline_env, run_cli, tiny_train_config
 
 pytestmark = pytest.mark.trainer

@@ -7,11 +7,11 @@ import json
 import os
 from pathlib import Path
 
-from ..config_io import load_launch_args
+from ..check.config_io import load_launch_args
+from ..check.render import report_text
+from ..check.run import check_config
 from ..errors import EXIT_FINDINGS, EXIT_OK
-from ..prelaunch import check_config
-from ..render import report_text
-from ..snapshot import Snapshot
+from ..machine.snapshot import Snapshot
 from ._args import add_config_arguments, add_world_arguments, world_env
 
 
@@ -63,7 +63,7 @@ def check_env(snapshot: Snapshot | None, planned_world: dict[str, str]) -> dict[
     the world/RCCL/Ray ones (``rules.world``); ``--nodes``/``--gpus-per-node`` on top."""
     if snapshot is not None:
         return {**snapshot.env, **planned_world}
-    from ..probe import relevant_env
+    from ..machine.probe import relevant_env
     from ..rules.world import WORLD_ENV_VARS
 
     here = {name: os.environ[name] for name in WORLD_ENV_VARS if name in os.environ}

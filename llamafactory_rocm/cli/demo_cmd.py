@@ -73,7 +73,7 @@ def _quote(text: str, width: int = 100) -> str:
 def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()  # before the imports: transformers and torch take seconds to load
     from ..demo import run_demo
-    from ..summary import format_summary_line
+    from ..train.summary import format_summary_line
 
     result = run_demo(Path(args.dir), max_steps=args.max_steps)
     if result.exit_code != 0:

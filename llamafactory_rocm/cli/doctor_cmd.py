@@ -25,8 +25,8 @@ def register(subs: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..doctor import diagnose, has_fail
-    from ..probe import take_snapshot
+    from ..machine.doctor import diagnose, has_fail
+    from ..machine.probe import take_snapshot
 
     snap = load_snapshot(args.snapshot) if args.snapshot else take_snapshot()
     if args.save_snapshot:

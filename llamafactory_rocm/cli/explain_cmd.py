@@ -22,7 +22,7 @@ def register(subs: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..catalogue.codes import load_codes
+    from ..findings.registry import load_codes
 
     registry = load_codes()
     if args.markdown:

@@ -86,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _shown_as_raised() -> bool:
     """LLaMA-Factory's own errors once it runs, and every error when debugging, keep their traceback."""
-    launch = sys.modules.get("llamafactory_rocm.launch")
+    launch = sys.modules.get("llamafactory_rocm.train.launch")
     return bool(launch is not None and launch.HANDED_OVER) or os.environ.get(DEBUG_ENV) == "1"
 
 

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from ..config_io import load_launch_args
+from ..check.config_io import load_launch_args
 from ..errors import EXIT_FINDINGS, EXIT_OK
 
 

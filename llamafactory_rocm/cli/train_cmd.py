@@ -25,6 +25,6 @@ def register(subs: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..launch import train
+    from ..train.launch import train
 
     return train(args.launch_args, gpu=args.gpu, arch=args.arch, accept=args.accept)

@@ -84,7 +84,7 @@ def _logs_on_stderr() -> Iterator[None]:
     """LLaMA-Factory prints examples and logs on stdout; stdout is kept for the report (--json)."""
     import logging
 
-    from .._startup import text_only_llamafactory
+    from ..lf.text_only import text_only_llamafactory
 
     with text_only_llamafactory():
         from llamafactory.extras import logging as lf_logging
@@ -113,7 +113,7 @@ class _Run:
     """LLaMA-Factory's argument parser, tokenizer and template, on CPU."""
 
     def __init__(self, config: dict[str, Any], scratch: Path, world_size: int) -> None:
-        from .._startup import text_only_llamafactory
+        from ..lf.text_only import text_only_llamafactory
 
         with text_only_llamafactory():
             from llamafactory.data import get_template_and_fix_tokenizer

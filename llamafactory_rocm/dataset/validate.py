@@ -167,7 +167,7 @@ def validate_entry(
 
 def dataset_attr(name: str, entry: dict[str, Any], dataset_dir: Path) -> Any:
     """The entry as LLaMA-Factory's parser reads it."""
-    from .._startup import text_only_llamafactory
+    from ..lf.text_only import text_only_llamafactory
 
     with text_only_llamafactory():
         from llamafactory.data.parser import get_dataset_list

@@ -11,9 +11,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..catalogue import ArchInfo, Catalogue
 from ..findings import Finding
-from ..snapshot import Snapshot
+from ..machine.catalogue import ArchInfo, Catalogue
+from ..machine.snapshot import Snapshot
 
 Config = dict[str, Any]
 Env = dict[str, str]

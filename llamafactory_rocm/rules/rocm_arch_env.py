@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..catalogue import TARGET_ID_RE, Catalogue, base_arch
 from ..findings import Finding, Level
+from ..machine.catalogue import TARGET_ID_RE, Catalogue, base_arch
 from .base import Context, Step, unchanged
 from .kernels import version_tuple
 

@@ -9,9 +9,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from ..fsutil import atomic_write_text, first_free_name
 from .config_io import dump_yaml
-from .fsutil import atomic_write_text, first_free_name
-from .prelaunch import Report
+from .run import Report
 
 RECORD_STEM = "rocm_launch"
 RESOLVED_STEM = "rocm_resolved"

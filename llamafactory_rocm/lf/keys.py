@@ -24,7 +24,7 @@ def installed_llamafactory_version() -> str | None:
 
 def live_train_keys() -> frozenset[str]:
     """Field names of the dataclasses ``get_train_args`` parses, read from the installed release."""
-    from ._startup import text_only_llamafactory
+    from .text_only import text_only_llamafactory
 
     with text_only_llamafactory():
         from llamafactory.hparams import parser
@@ -42,18 +42,18 @@ def shipped_train_keys() -> tuple[str, frozenset[str]]:
 
 def train_keys() -> frozenset[str]:
     """The keys of the installed LLaMA-Factory's parser (``lf_schema``), or the shipped list without it."""
-    from .lf_schema import load_schema
+    from .schema import load_schema
 
     return load_schema().keys
 
 
 def _write_shipped() -> None:
-    from . import fsutil
+    from .. import fsutil
 
     target = resources.files("llamafactory_rocm.data").joinpath(_DATA_FILE)
     payload = {
         "llamafactory_version": installed_llamafactory_version(),
-        "generated_by": "python -m llamafactory_rocm.lf_keys --write",
+        "generated_by": "python -m llamafactory_rocm.lf.keys --write",
         "keys": sorted(live_train_keys()),
     }
     fsutil.atomic_write_text(target, json.dumps(payload, indent=0) + "\n")  # type: ignore[arg-type]

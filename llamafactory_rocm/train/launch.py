@@ -12,13 +12,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import _startup
-from .config_io import load_config, load_launch_args
-from .errors import EXIT_FINDINGS, EXIT_OK
+from .. import _startup
+from ..check.config_io import load_config, load_launch_args
+from ..check.record import write_launch_files
+from ..check.render import report_text
+from ..check.run import Report, check_config
+from ..errors import EXIT_FINDINGS, EXIT_OK
+from ..lf.text_only import text_only_llamafactory
 from .hook import CHECKED_ENV, config_digest
-from .prelaunch import Report, check_config
-from .record import write_launch_files
-from .render import report_text
 
 
 def prepare_training(
@@ -38,7 +39,7 @@ def prepare_training(
 
 
 def _env_accept() -> str | None:
-    from .findings import ACCEPT_ENV
+    from ..findings import ACCEPT_ENV
 
     return os.environ.get(ACCEPT_ENV)
 
@@ -54,7 +55,7 @@ def hand_over(resolved_yaml: Path) -> int:
     from .verbosity import quiet_by_default
 
     quiet_by_default()  # before LLaMA-Factory's first import: its loggers read LLAMAFACTORY_VERBOSITY once
-    with _startup.text_only_llamafactory():
+    with text_only_llamafactory():
         from llamafactory import launcher
     saved_argv = sys.argv
     sys.argv = ["llamafactory-cli", "train", str(resolved_yaml)]

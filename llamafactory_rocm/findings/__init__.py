@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from .errors import UsageError
+from ..errors import UsageError
 
 
 class Level(str, Enum):

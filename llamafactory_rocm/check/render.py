@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .findings import Level
-from .prelaunch import Report
-from .snapshot import Snapshot
+from ..findings import Level
+from ..machine.snapshot import Snapshot
+from .run import Report
 
 _ORDER = {Level.ERROR: 0, Level.WARNING: 1, Level.CHANGE: 2, Level.INFO: 3}
 

@@ -45,7 +45,7 @@ class Verdict:
 
 def parser_verdict(config: Mapping[str, Any], answers: DeviceAnswers | None = None) -> Verdict:
     """Run ``get_train_args`` on a copy of ``config``; ``answers`` stand in for a planned device."""
-    from ._startup import text_only_llamafactory
+    from .text_only import text_only_llamafactory
 
     with text_only_llamafactory():
         from llamafactory.hparams import get_train_args

@@ -177,8 +177,8 @@ class Snapshot(BaseModel):
 
     def save(self, path: str | Path, *, overwrite: bool = True) -> None:
         """``overwrite=False``: UsageError where ``path`` exists (the user's file is never replaced)."""
-        from .errors import UsageError
-        from .fsutil import atomic_write_text
+        from ..errors import UsageError
+        from ..fsutil import atomic_write_text
 
         try:
             atomic_write_text(Path(path), self.model_dump_json(indent=2) + "\n", overwrite=overwrite)

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ._startup import say
-from .errors import EXIT_FINDINGS, EXIT_USAGE, UsageError
+from ..console import say
+from ..errors import EXIT_FINDINGS, EXIT_USAGE, UsageError
 
 CHECKED_ENV = "LLAMAFACTORY_ROCM_CHECKED"
 # The LLaMA-Factory releases the test-suite runs against (README, "Tested range").
@@ -45,7 +45,7 @@ def wrap_run_exp(original: Callable[..., Any]) -> Callable[..., Any]:
     params = list(inspect.signature(original).parameters)
     if params[:2] != ["args", "callbacks"]:
         raise RuntimeError(f"run_exp{inspect.signature(original)} is not run_exp(args, callbacks)")
-    from .lf_keys import installed_llamafactory_version
+    from ..lf.keys import installed_llamafactory_version
 
     version = installed_llamafactory_version()
     if version not in TESTED_LLAMAFACTORY:
@@ -90,12 +90,12 @@ def prepare(args: dict[str, Any] | list[str] | None) -> tuple[dict[str, Any], An
     raw = read_args(args)
     if isinstance(raw, list) and ("-h" in raw or "--help" in raw):
         return None  # help: LLaMA-Factory prints its own
-    from .findings import ACCEPT_ENV
+    from ..check.record import write_launch_files
+    from ..check.render import report_text
+    from ..check.run import check_config
+    from ..findings import ACCEPT_ENV
+    from ..lf.schema import load_schema
     from .guard import DivergenceGuard
-    from .lf_schema import load_schema
-    from .prelaunch import check_config
-    from .record import write_launch_files
-    from .render import report_text
 
     origin, config_path = _origin(args, raw)
     # The --key value form, read by LLaMA-Factory's own parser; each rank reads the same argv.

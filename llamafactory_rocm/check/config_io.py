@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from .errors import UsageError
+from ..errors import UsageError
 
 
 def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
@@ -67,13 +67,13 @@ def load_launch_args(tokens: list[str] | tuple[str, ...]) -> tuple[dict[str, Any
         flags_at = next((i for i, token in enumerate(rest) if token.startswith("--")), len(rest))
         config = load_config(first, rest[:flags_at])
         if flags_at < len(rest):  # `cfg.yaml key=value --key value`: the flags go last, on top
-            from .lf_schema import load_schema
+            from ..lf.schema import load_schema
 
             config.update(load_schema().flags_to_config(rest[flags_at:]))
         return config, first
     if not first.startswith("--"):
         raise UsageError(f"{first!r}: give the config file before key=value overrides (`cfg.yaml {first}`).")
-    from .lf_schema import load_schema
+    from ..lf.schema import load_schema
 
     return load_schema().flags_to_config(tokens), None
 

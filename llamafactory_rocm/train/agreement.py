@@ -31,9 +31,9 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from .errors import EXIT_NODES_DISAGREE
-from .findings import ACCEPT_ENV, parse_accept
-from .snapshot import Snapshot
+from ..errors import EXIT_NODES_DISAGREE
+from ..findings import ACCEPT_ENV, parse_accept
+from ..machine.snapshot import Snapshot
 
 CODE = "NODES_DISAGREE"
 # Test seam, read by nothing but this module: a recorded snapshot (JSON) whose torch/HIP versions and

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from ..findings import Finding, Level, explain_hint
+from ..lf.keys import train_keys
+from ..rules import Context, resolve
+from ..rules.kernels import flash_attn_gap, version_tuple
 from .catalogue import load_catalogue
-from .findings import Finding, Level, explain_hint
-from .lf_keys import train_keys
-from .rules import Context, resolve
-from .rules.kernels import flash_attn_gap, version_tuple
 from .snapshot import Snapshot
 
 PASS, WARN, FAIL = "pass", "warn", "fail"

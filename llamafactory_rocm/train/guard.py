@@ -13,8 +13,8 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from .errors import EXIT_DIVERGED
-from .snapshot import Snapshot
+from ..errors import EXIT_DIVERGED
+from ..machine.snapshot import Snapshot
 
 
 class TrainingDiverged(SystemExit):

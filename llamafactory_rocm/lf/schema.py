@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from .errors import UsageError
+from ..errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -170,7 +170,7 @@ def load_schema() -> Schema:
     try:
         from transformers import HfArgumentParser
 
-        from ._startup import text_only_llamafactory
+        from .text_only import text_only_llamafactory
 
         with text_only_llamafactory():
             from llamafactory.data.template import TEMPLATES
@@ -178,7 +178,7 @@ def load_schema() -> Schema:
 
         hf_parser = HfArgumentParser(lf_parser._TRAIN_ARGS)
     except Exception as exc:  # not installed or broken: the shipped list, and say so
-        from .lf_keys import shipped_train_keys
+        from .keys import shipped_train_keys
 
         version, keys = shipped_train_keys()
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -187,6 +187,6 @@ def load_schema() -> Schema:
         action.dest for action in hf_parser._actions if action.dest != "help" and not action.dest.startswith("no_")
     )
     # `--no_x` actions share dest x; every dest is a dataclass field name
-    from .lf_keys import installed_llamafactory_version
+    from .keys import installed_llamafactory_version
 
     return Schema(keys, f"llamafactory {installed_llamafactory_version()}", hf_parser, frozenset(TEMPLATES))

@@ -20,7 +20,7 @@ from typing import Any, TextIO
 
 from transformers import TrainerCallback
 
-from .record import RECORD_STEM
+from ..check.record import RECORD_STEM
 
 PLOT_NAME = "training_loss.png"  # what LLaMA-Factory's plot_loss writes for the "loss" key
 ADAPTER_NAME = "adapter_model.safetensors"

@@ -16,15 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .config_io import dump_yaml
-from .fsutil import atomic_write_text, first_free_name
-from .launch import train
-from .resources import datasets_dir
+from ..check.config_io import dump_yaml
+from ..fsutil import atomic_write_text, first_free_name
+from ..resources import datasets_dir
+from ..train.launch import train
+from ..train.verbosity import quiet_by_default
 from .tiny import build_tiny_model, texts_from_dataset
-from .verbosity import quiet_by_default
 
 if TYPE_CHECKING:
-    from .summary import RunSummary
+    from ..train.summary import RunSummary
 
 DEMO_DATASET = "amd_finetune_qa"
 # Measured on 2 cores (report of issue 17): 24 rows x 200 steps of batch 4 (33 epochs) takes the
@@ -147,7 +147,7 @@ def run_demo(work_dir: Path, max_steps: int = DEFAULT_STEPS) -> DemoResult:
     start = time.perf_counter()
     import torch
 
-    from .summary import summary_from_output_dir  # imports transformers: not at CLI start-up
+    from ..train.summary import summary_from_output_dir  # imports transformers: not at CLI start-up
 
     # One thread: a model this small gains little from a second one, and loses badly when another
     # process wants the core (measured while other jobs ran on the 2 cores: 200 steps of a 40-row

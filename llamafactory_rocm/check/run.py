@@ -11,17 +11,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .catalogue import Catalogue, base_arch, load_catalogue
-from .dataset import config_dataset_findings
-from .errors import UsageError
-from .findings import Finding, Level, has_errors, parse_accept
-from .lf_schema import load_schema
-from .lf_verdict import DeviceAnswers, parser_verdict
-from .memory import model_config_for
-from .probe import installed_distributions
-from .rules import Context, Resolution, Target, resolve
-from .rules.packages import missing_packages
-from .snapshot import Device, KfdNode, Snapshot, TorchBuild
+from ..dataset import config_dataset_findings
+from ..errors import UsageError
+from ..findings import Finding, Level, has_errors, parse_accept
+from ..lf.schema import load_schema
+from ..lf.verdict import DeviceAnswers, parser_verdict
+from ..machine.catalogue import Catalogue, base_arch, load_catalogue
+from ..machine.probe import installed_distributions
+from ..machine.snapshot import Device, KfdNode, Snapshot, TorchBuild
+from ..memory import model_config_for
+from ..rules import Context, Resolution, Target, resolve
+from ..rules.packages import missing_packages
 
 # Names LLaMA-Factory treats as final weights in output_dir (hparams/parser.py CHECKPOINT_NAMES).
 _WEIGHT_FILES = (
@@ -307,7 +307,7 @@ def check_config(
     accepted = parse_accept(accept) if isinstance(accept, str) or accept is None else frozenset(accept)
     target = resolve_target(gpu, arch, config_path, catalogue)
     if snapshot is None:
-        from .probe import take_snapshot
+        from ..machine.probe import take_snapshot
 
         snapshot = take_snapshot()
     env = dict(snapshot.env if env is None else env)

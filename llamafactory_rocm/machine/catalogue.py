@@ -1,0 +1,137 @@
+"""The architecture catalogue: facts about AMD GPU targets, loaded from ``archs.json``.
+
+The catalogue is data, not code: every fact lives in ``archs.json`` with the source it came
+from (see ``ArchInfo.sources``). This module only gives it a typed shape and lookup helpers.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from functools import lru_cache
+from importlib import resources
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+# A target as it appears in PYTORCH_ROCM_ARCH or gcnArchName: base arch plus optional
+# ``:feature+``/``:feature-`` suffixes (LLVM target-id syntax).
+TARGET_ID_RE = re.compile(r"^(gfx[0-9a-f]{3,4})((?::(?:xnack|sramecc)[+-])*)$")
+
+
+class Product(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    alias: str = Field(description="short name used by --gpu and preset file names, e.g. mi300x")
+    vram_gib: float = Field(description="memory of ONE device as torch sees it")
+    devices_per_card: int = 1
+    integrated: bool = Field(
+        default=False,
+        description="an APU or the iGPU of a Ryzen CPU (torch: is_integrated); shares system memory",
+    )
+    unified_memory: bool = Field(
+        default=False,
+        description="the GPU's memory is system memory (VRAM carve-out + GTT): vram_gib is a typical "
+        "configuration, the real budget is read from the machine",
+    )
+
+
+class FlashAttention(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    ck_min_version: str | None = Field(
+        description="first flash-attn release whose CK (default ROCm) backend builds for this arch"
+    )
+    ck_backward_min_version: str | None = None
+    triton_backend: bool = Field(description="FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE covers it")
+
+
+class ArchInfo(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    target: str
+    family: str = Field(description="e.g. CDNA3, RDNA3; HSA overrides never cross families")
+    products: list[Product]
+    bf16_matrix: bool = Field(description="bf16 runs on matrix units (MFMA/WMMA)")
+    bf16_faster_than_fp16: bool = Field(description="False where bf16 is slower than fp16")
+    fp8: str | None = Field(description="None, 'fnuz' or 'ocp'")
+    sdpa_aotriton: bool
+    sdpa_aotriton_experimental: bool = False
+    hipblaslt: bool
+    flash_attention: FlashAttention
+    bitsandbytes_min_version: str | None
+    hsa_override: str | None = Field(
+        description="HSA_OVERRIDE_GFX_VERSION that makes this arch run kernels of a sibling"
+    )
+    hsa_override_target: str | None = None
+    in_official_torch_wheels: bool
+    officially_supported_rocm: bool
+    retired: bool = False
+    gfx_target_version: int | None = Field(description="KFD sysfs value for this target")
+    notes: list[str] = []
+    sources: dict[str, str] = Field(description="fact name -> where it was read")
+
+    @model_validator(mode="after")
+    def _every_fact_has_a_source(self) -> ArchInfo:
+        facts = {
+            "family", "products", "bf16_matrix", "bf16_faster_than_fp16", "fp8", "sdpa_aotriton",
+            "hipblaslt", "flash_attention", "bitsandbytes_min_version", "hsa_override",
+            "in_official_torch_wheels", "officially_supported_rocm", "gfx_target_version",
+        }  # fmt: skip
+        missing = sorted(facts - set(self.sources))
+        if missing:
+            raise ValueError(f"{self.target}: no source for {', '.join(missing)}")
+        return self
+
+
+class Catalogue(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int
+    official_torch_wheel_archs: list[str]
+    official_torch_wheel_archs_source: str
+    archs: dict[str, ArchInfo]
+
+    def arch(self, target: str) -> ArchInfo | None:
+        return self.archs.get(base_arch(target))
+
+    def gpu(self, alias: str) -> tuple[Product, ArchInfo] | None:
+        wanted = normalise_alias(alias)
+        for info in self.archs.values():
+            for product in info.products:
+                if product.alias == wanted:
+                    return product, info
+        return None
+
+    def aliases(self) -> list[str]:
+        return sorted(p.alias for a in self.archs.values() for p in a.products)
+
+    def nearest_target(self, text: str) -> str | None:
+        """The known target closest to a misspelt one (``gfx94`` -> ``gfx942``)."""
+        cleaned = text.strip().lower().split(":")[0]
+        names = sorted(self.archs)
+        close = difflib.get_close_matches(cleaned, names, n=1, cutoff=0.5)
+        if close:
+            return close[0]
+        prefixed = [n for n in names if n.startswith(cleaned)] if cleaned else []
+        return prefixed[0] if prefixed else None
+
+    def nearest_aliases(self, text: str, n: int = 3) -> list[str]:
+        return difflib.get_close_matches(normalise_alias(text), self.aliases(), n=n, cutoff=0.3)
+
+
+def normalise_alias(text: str) -> str:
+    """``RX 7900 XTX`` / ``rx-7900-xtx`` / ``rx7900xtx`` all name the same GPU."""
+    return re.sub(r"[^a-z0-9]", "", text.lower())
+
+
+def base_arch(target: str) -> str:
+    """``gfx942:sramecc+:xnack-`` -> ``gfx942`` (flash-attention does the same split)."""
+    return target.strip().split(":")[0].lower()
+
+
+@lru_cache(maxsize=1)
+def load_catalogue() -> Catalogue:
+    text = resources.files("llamafactory_rocm.catalogue").joinpath("archs.json").read_text(encoding="utf-8")
+    return Catalogue.model_validate(json.loads(text))
