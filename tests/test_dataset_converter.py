@@ -264,3 +264,27 @@ def test_cli_validate_exit_codes_and_json(tmp_path, capsys):
     assert main(["datasets", "validate", "nope", "--dataset-dir", str(tmp_path / "data")]) == 2
     assert main(["datasets", "list", "--dataset-dir", str(tmp_path / "data")]) == EXIT_OK
     assert "ok, 1 dropped" in capsys.readouterr().out
+
+
+def test_the_ranking_rule_is_llamafactorys():
+    """validate.py mirrors this condition of LLaMA-Factory's _get_merged_dataset (it loads the data first)."""
+    import inspect
+
+    from llamafactory.data.loader import _get_merged_dataset
+
+    source = " ".join(inspect.getsource(_get_merged_dataset).split())
+    assert (
+        '(stage == "rm" and dataset_attr.ranking is False) or (stage != "rm" and dataset_attr.ranking is True)'
+        in source
+    )
+
+
+@pytest.mark.parametrize(("stage", "ranking", "ok"), [("dpo", True, True), ("dpo", False, False), ("sft", True, False)])
+def test_the_check_reads_data_with_the_stage_the_workflow_passes(tmp_path, stage, ranking, ok):
+    """run_dpo calls get_dataset(stage="rm"): DPO needs ranking data, and an sft dataset is refused."""
+    columns = {**ALPACA_COLUMNS, "chosen": "chosen", "rejected": "rejected"} if ranking else ALPACA_COLUMNS
+    rows = [{"instruction": f"q{i}", "input": "", "output": "a", "chosen": "a", "rejected": "b"} for i in range(3)]
+    folder = write(tmp_path / "data", "d", rows, {"ranking": ranking, "columns": columns})
+    config = {"stage": stage, "dataset": "d", "dataset_dir": str(folder)}
+    _, findings = config_dataset_findings(config, tmp_path)
+    assert (not any(f.level.value == "error" for f in findings)) is ok, findings

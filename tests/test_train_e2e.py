@@ -219,3 +219,29 @@ def test_each_bundled_dataset_trains(dataset, template, tiny_model, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert (out / "adapter_model.safetensors").is_file()
     assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 4
+
+
+def _pairs(folder: Path) -> Path:
+    """A tiny preference dataset (ranking: true), as DPO and RM read it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = [{"instruction": f"What is {i} + {i}?", "chosen": f"{2 * i}.", "rejected": "No idea."} for i in range(8)]
+    (folder / "pairs.json").write_text(json.dumps(rows))
+    columns = {"prompt": "instruction", "chosen": "chosen", "rejected": "rejected"}
+    (folder / "dataset_info.json").write_text(
+        json.dumps({"pairs": {"file_name": "pairs.json", "ranking": True, "columns": columns}})
+    )
+    return folder
+
+
+def test_stock_llamafactory_cli_trains_dpo_on_a_ranking_dataset_with_the_hook_on(tiny_model, tmp_path):
+    """The DPO workflow passes stage="rm" to the data pipeline: a ranking dataset is what it needs."""
+    out = tmp_path / "out"
+    config = tiny_train_config(tiny_model, out, stage="dpo", dataset="pairs", dataset_dir=str(_pairs(tmp_path / "d")))
+    config.update(max_steps=2, max_samples=8)
+    cfg = write_config(tmp_path / "dpo.yaml", config)
+    result = subprocess.run(
+        [LLAMAFACTORY_CLI, "train", str(cfg)], cwd=tmp_path, env=offline_env(tmp_path), capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert (out / "adapter_model.safetensors").is_file()
+    assert latest_record(out)["origin"] == "llamafactory-cli train (hook)"

@@ -45,7 +45,7 @@ def config_dataset_findings(config: Mapping[str, Any], cwd: Path) -> tuple[dict[
         max_errors=1,
         progress=False,
         num_proc=_workers(config.get("preprocessing_num_workers")),
-        stage=str(config.get("stage") or "sft"),
+        stage=_data_stage(config.get("stage")),
         max_dropped=max_dropped_from_env(),
         max_rows=_workers(config.get("max_samples")),
         media_dir=config.get("media_dir"),
@@ -142,3 +142,13 @@ def _unknown_finding(name: str, info: dict[str, Any] | None, folder: Path) -> Fi
             f" --dataset-dir {shlex.quote(str(folder))}`."
         ),
     )
+
+
+def _data_stage(stage: Any) -> str:
+    """The stage LLaMA-Factory's workflow passes to its data pipeline (``run_dpo``: "rm")."""
+    from ..lf.stages import UnknownStage, data_stage
+
+    try:
+        return data_stage(str(stage or "sft"))
+    except UnknownStage:  # not a stage: LLaMA-Factory's parser refuses the value; check the rows as sft
+        return "sft"

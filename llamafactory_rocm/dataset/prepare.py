@@ -113,6 +113,7 @@ class _Run:
     """LLaMA-Factory's argument parser, tokenizer and template, on CPU."""
 
     def __init__(self, config: dict[str, Any], scratch: Path, world_size: int) -> None:
+        from ..lf.stages import data_stage
         from ..lf.text_only import text_only_llamafactory
 
         with text_only_llamafactory():
@@ -131,6 +132,7 @@ class _Run:
         except (Exception, SystemExit) as err:  # the tokenizer is not reachable, or LF refuses the config
             raise UsageError(f"LLaMA-Factory cannot load the tokenizer or the config: {_line(err)}") from None
         self.tokenizer = self.tokenizer_module["tokenizer"]
+        self.data_stage = data_stage(self.finetuning_args.stage)  # what the workflow passes: run_dpo -> "rm"
         self.own_template = getattr(self.tokenizer, "chat_template", None)  # before LF may replace it
         self.template = get_template_and_fix_tokenizer(self.tokenizer, self.data_args)
         self.examples: dict[str, int] = {}
@@ -140,7 +142,7 @@ class _Run:
 
         try:
             return get_dataset(
-                self.template, self.model_args, data_args, self.training_args, self.finetuning_args.stage,
+                self.template, self.model_args, data_args, self.training_args, self.data_stage,
                 **self.tokenizer_module,
             )  # fmt: skip
         except (Exception, SystemExit) as err:
@@ -161,7 +163,7 @@ class _Run:
         args = copy.copy(self.data_args)
         args.cutoff_len, args.packing, args.neat_packing, args.tokenized_path = NO_CUTOFF, False, False, None
         for name in self.data_args.dataset or []:
-            merged = _get_merged_dataset([name], self.model_args, args, self.training_args, self.finetuning_args.stage)
+            merged = _get_merged_dataset([name], self.model_args, args, self.training_args, self.data_stage)
             self.examples[name] = len(merged)
         train = self._get_dataset(args)["train_dataset"]
         column = "input_ids" if "input_ids" in train.column_names else "chosen_input_ids"

@@ -87,16 +87,13 @@ def _no_gc() -> Iterator[None]:
             gc.enable()
 
 
-def _processor_class(stage: str) -> type | None:
-    """The processor ``_get_dataset_processor`` picks for a stage; None for pre-training (keeps all)."""
-    from llamafactory.data import processor
+def _processor_class(stage: str, data_args: Any) -> type | None:
+    """The processor LLaMA-Factory's own ``_get_dataset_processor`` picks for this data stage and these
+    data arguments (packing, neat_packing); None where it has no per-row drop rule (pre-training)."""
+    from llamafactory.data.loader import _get_dataset_processor
 
-    return {
-        "sft": processor.SupervisedDatasetProcessor,
-        "rm": processor.PairwiseDatasetProcessor,
-        "kto": processor.FeedbackDatasetProcessor,
-        "ppo": processor.UnsupervisedDatasetProcessor,
-    }.get(stage)
+    chosen = type(_get_dataset_processor(data_args, stage, template=None, tokenizer=None, processor=None))
+    return chosen if hasattr(chosen, "_encode_data_example") else None
 
 
 def _probe(cls: type, data_args: Any) -> Any:
@@ -119,7 +116,7 @@ class RowChecker:
         from llamafactory.data.converter import get_dataset_converter
 
         self.converter = get_dataset_converter(dataset_attr.formatting, dataset_attr, data_args)
-        cls = _processor_class(stage)
+        cls = _processor_class(stage, data_args)
         self.probe = _probe(cls, data_args) if cls is not None else None
         self.count_empty = not dataset_attr.kto_tag  # a KTO row carries an empty response by design
         self.tally = RowTally(limit=limit)

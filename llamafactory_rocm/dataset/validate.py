@@ -152,6 +152,10 @@ def validate_entry(
         report.remote = True
         report.warnings.append(f"{attr.load_from} datasets are not checked here (only local file_name data is)")
         return report
+    # LLaMA-Factory 0.9.5 data/loader.py _get_merged_dataset, mirrored (it loads the data first):
+    # `(stage == "rm" and dataset_attr.ranking is False) or (stage != "rm" and dataset_attr.ranking is True)`.
+    # options.stage is the data stage the workflow passes (lf/stages.py: dpo -> rm); pinned by
+    # tests/test_dataset_converter.py::test_the_ranking_rule_is_llamafactorys.
     if (options.stage == "rm") != bool(attr.ranking):
         report.errors.append(
             f"ranking is {str(attr.ranking).lower()} but the stage is {options.stage}: LLaMA-Factory stops with "
