@@ -245,3 +245,26 @@ def test_stock_llamafactory_cli_trains_dpo_on_a_ranking_dataset_with_the_hook_on
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert (out / "adapter_model.safetensors").is_file()
     assert latest_record(out)["origin"] == "llamafactory-cli train (hook)"
+
+
+def _board_log(tiny_model: Path, tmp_path: Path, hook: str) -> list[str]:
+    """running_log.txt of stock llamafactory-cli train started as LlamaBoard starts it (webui/runner.py _launch)."""
+    out = tmp_path / f"out-{hook}"
+    cfg = write_config(tmp_path / f"board-{hook}.yaml", tiny_train_config(tiny_model, out, max_steps=4, fp16=True))
+    env = offline_env(tmp_path, LLAMABOARD_ENABLED="1", LLAMABOARD_WORKDIR=str(out), LLAMAFACTORY_ROCM=hook)
+    result = subprocess.run(
+        [LLAMAFACTORY_CLI, "train", str(cfg)], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return (out / "running_log.txt").read_text().splitlines()
+
+
+def test_llamaboards_run_log_keeps_llamafactorys_lines_and_gets_the_findings_and_summary(tiny_model, tmp_path):
+    off, on = _board_log(tiny_model, tmp_path, "0"), _board_log(tiny_model, tmp_path, "1")
+    # The run log is LLaMA-Factory's own, whole: every line it writes with the hook off is there with it on.
+    strip = [line.split(">>", 1)[-1] for line in off if "llamafactory-rocm" not in line]
+    assert len(off) > 20 and len(on) > len(off)
+    assert sum(any(text in line for line in on) for text in strip) >= 0.9 * len(strip)
+    text = "\n".join(on)
+    assert "PRECISION_CPU_FP16" in text, text[-2000:]  # fp16 on a CPU: the finding is in the log
+    assert "llamafactory-rocm: training summary" in text and "launch record" in text

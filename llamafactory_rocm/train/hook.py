@@ -68,14 +68,16 @@ def wrap_run_exp(original: Callable[..., Any]) -> Callable[..., Any]:
             return original(args, callbacks)
         if prepared is None:
             return original(args, callbacks)
-        config, guard = prepared
+        config, guard, report_lines = prepared
+        from .board import board_callback
         from .summary import SummaryCallback
 
         summary = SummaryCallback()
         from .agreement import NodeAgreement
 
         agreement = NodeAgreement(config, guard.snapshot)  # every node agrees before step 1 (world size > 1)
-        result = original(config, [*(callbacks or []), guard, agreement, summary])
+        board = board_callback(report_lines)  # LlamaBoard's run log gets the findings too
+        result = original(config, [*(callbacks or []), guard, agreement, summary, board])
         summary.report()  # after run_exp: LLaMA-Factory saves the model and the loss plot after the last callback
         return result
 
@@ -83,8 +85,8 @@ def wrap_run_exp(original: Callable[..., Any]) -> Callable[..., Any]:
     return run_exp
 
 
-def prepare(args: dict[str, Any] | list[str] | None) -> tuple[dict[str, Any], Any] | None:
-    """Check and rewrite; return (resolved config, guard callback), or None to step aside."""
+def prepare(args: dict[str, Any] | list[str] | None) -> tuple[dict[str, Any], Any, list[str]] | None:
+    """Check and rewrite; return (resolved config, guard callback, report lines), or None to step aside."""
     from llamafactory.hparams import read_args
 
     raw = read_args(args)
@@ -105,8 +107,9 @@ def prepare(args: dict[str, Any] | list[str] | None) -> tuple[dict[str, Any], An
     already_checked = os.environ.get(CHECKED_ENV) == config_digest(config)
     report = check_config(config, config_path=config_path, plan_without_gpu=False, accept=os.environ.get(ACCEPT_ENV))
     os.environ.update(report.resolution.env_changes)
+    text = report_text(report)
     if is_rank0() and not already_checked and (report.findings or not report.ok):
-        print(report_text(report), file=sys.stderr, flush=True)
+        print(text, file=sys.stderr, flush=True)
     if not report.ok:
         raise SystemExit(EXIT_FINDINGS)
     if os.environ.get("LOCAL_RANK", "0") == "0" and not already_checked:  # each node's own disk gets a record
@@ -114,4 +117,4 @@ def prepare(args: dict[str, Any] | list[str] | None) -> tuple[dict[str, Any], An
         _, record = write_launch_files(report, output_dir, origin)
         if report.findings:
             say(f"launch record written to {record}")
-    return report.config, DivergenceGuard(report.snapshot)
+    return report.config, DivergenceGuard(report.snapshot), ["llamafactory-rocm: pre-launch check", *text.splitlines()]

@@ -21,6 +21,7 @@ from typing import Any, TextIO
 from transformers import TrainerCallback
 
 from ..check.record import RECORD_STEM
+from .board import log_lines
 
 PLOT_NAME = "training_loss.png"  # what LLaMA-Factory's plot_loss writes for the "loss" key
 ADAPTER_NAME = "adapter_model.safetensors"
@@ -228,5 +229,7 @@ class SummaryCallback(TrainerCallback):
         """Print the summary on the world's rank 0; call after ``run_exp`` returns."""
         summary = self.summary()
         if summary is not None and self._state.is_world_process_zero:
-            print(format_summary(summary), file=stream or sys.stdout, flush=True)
+            text = format_summary(summary)
+            print(text, file=stream or sys.stdout, flush=True)
+            log_lines(text.splitlines())  # into LlamaBoard's running_log.txt, when it runs
         return summary

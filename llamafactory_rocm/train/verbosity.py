@@ -42,6 +42,10 @@ def quiet_by_default(environ: MutableMapping[str, str] | None = None) -> bool:
     just before ``run_exp`` trains (the data processors exist then and get the one-line example).
     """
     environ = os.environ if environ is None else environ
+    from .board import under_llamaboard
+
+    if under_llamaboard():  # LlamaBoard shows LLaMA-Factory's log (running_log.txt): keep it whole
+        return False
     if not environ.get(LF_ENV, "").strip():
         environ[LF_ENV] = QUIET_LEVEL
     if _level(environ) < logging.WARNING:
