@@ -1,0 +1,91 @@
+"""An adapter used after training on a base model other than the one it was trained on.
+
+PEFT writes the base model it trained on into the adapter's ``adapter_config.json``
+(``base_model_name_or_path``); LLaMA-Factory loads the adapter onto ``model_name_or_path`` without
+comparing the two (``init_adapter`` in llamafactory/model/adapter.py), so a mismatch loads, merges
+or serves a model nobody trained (docs/after-training.md#t6).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..findings import Finding, Level
+from .base import Context, Rule, Step, unchanged
+
+ADAPTER_CONFIG = "adapter_config.json"  # peft.utils.constants.CONFIG_NAME
+
+
+def adapter_paths(config: Mapping[str, Any]) -> list[str]:
+    """``adapter_name_or_path`` as LLaMA-Factory splits it (comma-separated, ModelArguments.__post_init__)."""
+    value = config.get("adapter_name_or_path")
+    if value in (None, "", "null"):
+        return []
+    if isinstance(value, (list, tuple)):
+        return [str(v).strip() for v in value if str(v).strip()]
+    return [part.strip() for part in str(value).split(",") if part.strip()]
+
+
+def read_adapter_config(path: str) -> dict[str, Any] | None:
+    """A local adapter folder's ``adapter_config.json``; None for a hub id or an unreadable file."""
+    file = Path(path) / ADAPTER_CONFIG
+    if not file.is_file():
+        return None
+    try:
+        found = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def _normalised(name: str) -> str:
+    """A local folder by its resolved path; a hub id lower-cased without a trailing slash."""
+    local = Path(name).expanduser()
+    if local.is_dir():
+        return str(local.resolve())
+    return name.strip().rstrip("/").lower()
+
+
+def same_model(a: str, b: str) -> bool:
+    """Whether two model names point at the same model.
+
+    A local download of a hub model keeps the repository's name as its folder name
+    (``/models/Meta-Llama-3-8B-Instruct`` for ``meta-llama/Meta-Llama-3-8B-Instruct``): the last path part
+    compared case-insensitively counts as the same model, so only a real difference warns.
+    """
+    na, nb = _normalised(a), _normalised(b)
+    if na == nb:
+        return True
+    return Path(na).name.lower() == Path(nb).name.lower()
+
+
+def adapter_base_mismatch(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
+    model = config.get("model_name_or_path")
+    if not model:
+        return unchanged(config, env)
+    findings = []
+    for path in adapter_paths(config):
+        adapter = read_adapter_config(path)
+        base = adapter.get("base_model_name_or_path") if adapter else None
+        if not base or same_model(str(base), str(model)):
+            continue
+        findings.append(
+            Finding(
+                code="ADAPTER_BASE_MISMATCH",
+                level=Level.WARNING,
+                key="adapter_name_or_path",
+                old=path,
+                message=f"The adapter {path} was trained on {base} (its {ADAPTER_CONFIG}), but model_name_or_path "
+                f"is {model}; LLaMA-Factory loads it onto model_name_or_path without comparing them.",
+                fix=f"Set model_name_or_path: {base} (or the local copy of it), or use the adapter trained on {model}.",
+            )
+        )
+    return unchanged(config, env, *findings)
+
+
+ADAPTER_RULES: tuple[Rule, ...] = (adapter_base_mismatch,)
+
+__all__ = ["ADAPTER_RULES", "adapter_base_mismatch", "adapter_paths", "read_adapter_config", "same_model"]
