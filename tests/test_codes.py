@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -9,29 +10,50 @@ import pytest
 
 from llamafactory_rocm import presets
 from llamafactory_rocm.findings import Finding, Level
-from llamafactory_rocm.findings.registry import load_codes
-from llamafactory_rocm.machine.catalogue import load_catalogue
+from llamafactory_rocm.findings.registry import declared_codes, load_codes
 from llamafactory_rocm.machine.doctor import diagnose
 from llamafactory_rocm.rules import Target, resolve
 from tests.conftest import ALL_SNAPSHOTS, load_snapshot, make_ctx
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "llamafactory_rocm"
-_CODE_ARG = re.compile(r"""\b(?:code|CODE)\s*=\s*["']([A-Z][A-Z0-9_]+)["']""")  # a keyword or a module constant
-# A code handed to a helper that builds the Finding (``_info_finding("DATASET_REMOTE", ...)``) or
-# to the explain pointer (doctor's own lines).
-_CODE_HELPER = re.compile(r"""\b\w*(?:finding|explain_hint)\w*\(\s*["']([A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+)["']""", re.I)
+CODE_NAME = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+")
+
+
+def _strings(node: ast.AST) -> set[str]:
+    """Code-shaped string constants anywhere in an expression (``"X" if over else "Y"`` included)."""
+    return {n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and CODE_NAME.fullmatch(n.value)}  # fmt: skip
 
 
 def codes_in_source(text: str) -> set[str]:
-    return set(_CODE_ARG.findall(text)) | set(_CODE_HELPER.findall(text))
+    """The codes a module emits: the value of a ``code=`` keyword, a ``CODE = "..."`` constant, or the
+    first argument of a helper that builds the finding (``_info_finding("DATASET_REMOTE", ...)``)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(text)):
+        if (isinstance(node, ast.keyword) and node.arg == "code") or (
+            isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id.lower().endswith("code") for t in node.targets)
+        ):
+            found |= _strings(node.value)
+        elif isinstance(node, ast.Call) and node.args:
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if "finding" in name.lower():
+                found |= _strings(node.args[0])
+    return found
+
+
+def module_name(path: Path) -> str:
+    return ".".join(path.relative_to(PACKAGE).with_suffix("").parts).removesuffix(".__init__")
+
+
+def emitted_by_module() -> dict[str, set[str]]:
+    out = {module_name(p): codes_in_source(p.read_text(encoding="utf-8")) for p in PACKAGE.rglob("*.py")}
+    return {module: codes for module, codes in out.items() if codes}
 
 
 def source_codes() -> set[str]:
-    found: set[str] = set()
-    for path in PACKAGE.rglob("*.py"):
-        found |= codes_in_source(path.read_text(encoding="utf-8"))
-    return found
+    return set().union(*emitted_by_module().values())
 
 
 SEED = {
@@ -84,24 +106,31 @@ def test_the_source_scan_finds_codes() -> None:
     } <= source_codes()
 
 
-def test_every_code_in_the_source_has_an_entry() -> None:
-    missing = sorted(source_codes() - set(load_codes().codes))
-    assert missing == [], f"add an entry to llamafactory_rocm/findings/codes.json for {missing}"
+def test_each_module_declares_exactly_the_codes_it_emits() -> None:
+    """ruff's model: every code belongs to one rule; a module emitting a code it does not declare in
+    findings/codes/<module>.json, or declaring one it does not emit, fails here."""
+    emitted = emitted_by_module()
+    declared = {module: set(entries) for module, entries in declared_codes().items()}
+    problems = [
+        f"{module}: emits {sorted(emitted.get(module, set()) - declared.get(module, set()))}, "
+        f"declares but never emits {sorted(declared.get(module, set()) - emitted.get(module, set()))}"
+        for module in sorted(set(emitted) | set(declared))
+        if emitted.get(module, set()) != declared.get(module, set())
+    ]
+    assert problems == [], "fix llamafactory_rocm/findings/codes/<module>.json: " + "; ".join(problems)
+
+
+def test_explain_names_the_rule_that_emits_the_code() -> None:
+    text = load_codes().explain("TF32_DROPPED")
+    assert "Rule:    llamafactory_rocm/rules/kernels.py" in text
+    assert all((ROOT / entry.path).is_file() for entry in load_codes().codes.values())
 
 
 def test_every_code_the_rules_emit_on_the_snapshots_has_an_entry() -> None:
     emitted = emitted_over_snapshots()
     assert len(emitted) >= 25  # the run reaches most rules, not a corner
     missing = sorted(emitted - set(load_codes().codes))
-    assert missing == [], f"add an entry to llamafactory_rocm/findings/codes.json for {missing}"
-
-
-def test_every_entry_is_a_code_the_package_can_emit() -> None:
-    # A code is written as a string literal where a finding is built (``code="X"``, or chosen by a
-    # condition: ``"X" if over else "Y"``); an entry whose code is written nowhere is stale.
-    source = "\n".join(path.read_text(encoding="utf-8") for path in PACKAGE.rglob("*.py"))
-    stale = sorted(code for code in load_codes().codes if f'"{code}"' not in source)
-    assert stale == [], f"entries for codes nothing emits: {stale}"
+    assert missing == [], f"add an entry to llamafactory_rocm/findings/codes/<module>.json for {missing}"
 
 
 @pytest.mark.parametrize("code", sorted(load_codes().codes))
@@ -111,11 +140,12 @@ def test_each_entry_is_complete_and_its_sources_resolve(code: str) -> None:
     assert entry.level.split(" ")[0] in {level.value for level in Level}
     for text in (entry.summary, entry.what, entry.why, entry.fix, entry.example):
         assert text.strip() and "\n" not in entry.summary
-    facts = (ROOT / "docs" / "rocm-facts.md").read_text(encoding="utf-8")
-    anchors = {h.lower() for h in re.findall(r"^### (\w+)\s*$", facts, flags=re.M)}
     for source in entry.source:
         page, _, anchor = source.partition("#")
-        assert page == "docs/rocm-facts.md" and anchor in anchors, source
+        assert page.startswith("docs/") and (ROOT / page).is_file(), source
+        text = (ROOT / page).read_text(encoding="utf-8")
+        anchors = {h.lower() for h in re.findall(r"^### (\w+)\s*$", text, flags=re.M)}
+        assert anchor in anchors, source
 
 
 def test_rocm_codes_cite_the_facts() -> None:
@@ -137,7 +167,3 @@ def test_every_finding_line_names_explain() -> None:
     for line in diagnose(load_snapshot("mi300x")):
         if line.code and line.status != "pass":
             assert f"llamafactory-rocm explain {line.code}" in line.fix
-
-
-def test_catalogue_still_loads() -> None:  # codes.json sits beside archs.json; neither shadows the other
-    assert load_catalogue().arch("gfx942") is not None

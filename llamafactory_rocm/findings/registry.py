@@ -1,9 +1,11 @@
-"""The finding-code registry: what each code means, why, the fix, an example and its source.
+"""The finding-code registry: what each code means, why, the fix, an example, its source and its rule.
 
-The text is data (``codes.json``), kept apart from the rules that emit the codes, as ruff keeps
-its rule registry: ``llamafactory-rocm explain CODE`` prints an entry, and the code table in
-docs/troubleshooting.md is generated from the same entries (``tests/test_codes.py`` holds them
-equal and fails when a code the package can emit has no entry). Adding a code is one entry.
+The text is data, kept apart from the rules that emit the codes, as ruff keeps its rule registry:
+each module that builds findings declares its codes in ``findings/codes/<module>.json`` (e.g.
+``rules.precision.json`` for ``llamafactory_rocm/rules/precision.py``). ``llamafactory-rocm explain CODE``
+prints an entry and names the module that emits it; the code table in docs/troubleshooting.md is
+generated from the same entries. ``tests/test_codes.py`` reads every module's source (its AST) and
+fails when a module emits a code it does not declare, or declares one it does not emit.
 """
 
 from __future__ import annotations
@@ -27,13 +29,17 @@ class CodeEntry(BaseModel):
     why: str
     fix: str
     example: str
-    source: list[str] = Field(default_factory=list, description="citations into docs/rocm-facts.md")
+    source: list[str] = Field(default_factory=list, description="citations into docs/*.md")
+    module: str = Field(default="", description="the module that emits it, from the file name")
+
+    @property
+    def path(self) -> str:
+        return "llamafactory_rocm/" + self.module.replace(".", "/") + ".py"
 
 
 class CodeRegistry(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    schema_version: int
     codes: dict[str, CodeEntry]
 
     def get(self, code: str) -> CodeEntry | None:
@@ -60,6 +66,7 @@ class CodeRegistry(BaseModel):
         ]
         if entry.source:
             lines.append(f"Source:  {', '.join(entry.source)}")
+        lines.append(f"Rule:    {entry.path}")
         return "\n".join(lines)
 
     def markdown_table(self) -> str:
@@ -68,7 +75,27 @@ class CodeRegistry(BaseModel):
         return "\n".join([DOCS_TABLE_HEADER, *rows])
 
 
+CODES_FOLDER = "codes"
+
+
+def declared_codes() -> dict[str, dict[str, CodeEntry]]:
+    """module -> the entries that module declares (one JSON file per emitting module)."""
+    folder = resources.files(__package__).joinpath(CODES_FOLDER)
+    found: dict[str, dict[str, CodeEntry]] = {}
+    for item in sorted(folder.iterdir(), key=lambda f: f.name):
+        if item.name.endswith(".json"):
+            module = item.name.removesuffix(".json")
+            raw = json.loads(item.read_text(encoding="utf-8"))["codes"]
+            found[module] = {code: CodeEntry(**entry, module=module) for code, entry in raw.items()}
+    return found
+
+
 @lru_cache(maxsize=1)
 def load_codes() -> CodeRegistry:
-    text = resources.files(__package__).joinpath("codes.json").read_text(encoding="utf-8")
-    return CodeRegistry.model_validate(json.loads(text))
+    merged: dict[str, CodeEntry] = {}
+    for module, entries in declared_codes().items():
+        for code, entry in entries.items():
+            if code in merged:
+                raise ValueError(f"{code} is declared by {merged[code].module} and {module}: one rule owns a code")
+            merged[code] = entry
+    return CodeRegistry(codes=dict(sorted(merged.items())))

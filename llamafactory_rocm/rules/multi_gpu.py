@@ -17,16 +17,7 @@ def multi_gpu_notices(config: Mapping[str, Any], env: Mapping[str, str], ctx: Co
         return unchanged(config, env)
     findings = []
     if snap.iommu_pt is False:  # None: unknown (a planned target, or /proc/cmdline unreadable)
-        findings.append(
-            Finding(
-                code="IOMMU_PT_MISSING",
-                level=Level.WARNING,
-                key="/proc/cmdline",
-                message=f'{count} GPUs but "iommu=pt" is missing from the kernel command line: RCCL '
-                "collectives can hang or crawl (ROCm/rccl#1129).",
-                fix="Add iommu=pt to the kernel command line (GRUB) and reboot.",
-            )
-        )
+        findings.append(iommu_pt_missing(f"{count} GPUs"))
     if "gfx942" in snap.gpu_base_archs and count in (2, 4):
         findings.append(
             Finding(
@@ -59,3 +50,15 @@ def multi_gpu_notices(config: Mapping[str, Any], env: Mapping[str, str], ctx: Co
             )
         )
     return unchanged(config, env, *findings)
+
+
+def iommu_pt_missing(what: str) -> Finding:
+    """RCCL needs iommu=pt for collectives between GPUs, on one node or several (ROCm/rccl#1129)."""
+    return Finding(
+        code="IOMMU_PT_MISSING",
+        level=Level.WARNING,
+        key="/proc/cmdline",
+        message=f'{what} but "iommu=pt" is missing from the kernel command line: RCCL '
+        "collectives can hang or crawl (ROCm/rccl#1129).",
+        fix="Add iommu=pt to the kernel command line (GRUB) and reboot.",
+    )

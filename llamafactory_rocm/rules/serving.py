@@ -73,7 +73,7 @@ def _installed(ctx: Context, name: str) -> tuple[bool | None, str | None]:
     return None, None
 
 
-def _arch_findings(backend: str, code: str, supported: tuple[str, ...], ctx: Context, why: str) -> list[Finding]:
+def _arch_findings(backend: str, supported: tuple[str, ...], ctx: Context, why: str, *, code: str) -> list[Finding]:
     findings = []
     for arch in _archs(ctx):
         if arch in supported:
@@ -95,7 +95,7 @@ def vllm_on_rocm(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context
     if _backend(config) != "vllm" or not _on_amd(ctx):
         return unchanged(config, env)
     findings = _arch_findings(
-        "vllm", "VLLM_ARCH_UNSUPPORTED", VLLM_ROCM_ARCHS, ctx, "vLLM's ROCm build supports these GPUs only"
+        "vllm", VLLM_ROCM_ARCHS, ctx, "vLLM's ROCm build supports these GPUs only", code="VLLM_ARCH_UNSUPPORTED"
     )
     if findings:
         return unchanged(config, env, *findings)
@@ -165,7 +165,7 @@ def sglang_on_rocm(config: Mapping[str, Any], env: Mapping[str, str], ctx: Conte
     if _backend(config) != "sglang" or not _on_amd(ctx):
         return unchanged(config, env)
     findings = _arch_findings(
-        "sglang", "SGLANG_ARCH_UNSUPPORTED", SGLANG_ROCM_ARCHS, ctx, "SGLang's ROCm builds target these GPUs only"
+        "sglang", SGLANG_ROCM_ARCHS, ctx, "SGLang's ROCm builds target these GPUs only", code="SGLANG_ARCH_UNSUPPORTED"
     )
     if findings or not ctx.planned:  # here, a missing SGLang is LLaMA-Factory's own refusal (check_version)
         return unchanged(config, env, *findings)

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..findings import Finding, Level
 from .base import Context, Step, truthy, unchanged
+from .multi_gpu import iommu_pt_missing
 
 # What this rule reads from the environment (the hook sees them when the probe records them).
 WORLD_ENV_VARS = (
@@ -293,16 +294,7 @@ def network(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> 
                 )
             )
         if ctx.snapshot.iommu_pt is False and len(ctx.snapshot.devices) < 2:  # 2+: multi_gpu says it
-            findings.append(
-                Finding(
-                    code="IOMMU_PT_MISSING",
-                    level=Level.WARNING,
-                    key="/proc/cmdline",
-                    message=f'{world.nodes} nodes but "iommu=pt" is missing from the kernel command line: RCCL '
-                    "collectives can hang or crawl (ROCm/rccl#1129).",
-                    fix="Add iommu=pt to the kernel command line (GRUB) and reboot.",
-                )
-            )
+            findings.append(iommu_pt_missing(f"{world.nodes} nodes"))
     if "gfx942" in ctx.snapshot.gpu_base_archs:
         wanted = {k: v for k, v in MI300X_ENV.items() if env.get(k) != v}
         if wanted:

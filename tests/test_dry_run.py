@@ -1,0 +1,403 @@
+"""LLaMA-Factory's launch run dry (lf/dry_run.py): each refusal has the library's own words, and each
+oracle is the library's own answer: stock ``run_exp`` with the hook off (one subprocess for three cases),
+or the very LLaMA-Factory / transformers / torch / datasets call the real run makes, on real weights."""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import offline_env, tiny_train_config
+
+import llamafactory_rocm.models as models_package
+from llamafactory_rocm.findings import Level
+from llamafactory_rocm.lf.dry_run import checkpoint_loadable, dry_launch
+from llamafactory_rocm.lf.stages import UnknownStage, data_stage
+from llamafactory_rocm.lf.text_only import text_only_llamafactory
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+
+
+def errors(run) -> dict[str, str]:
+    return {f.code: f.message for f in run.findings if f.level is Level.ERROR}
+
+
+def write_data(folder: Path, name: str, rows: list[dict], entry: dict | None = None) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    info = folder / "dataset_info.json"
+    current = json.loads(info.read_text()) if info.exists() else {}
+    info.write_text(json.dumps({**current, name: {"file_name": f"{name}.jsonl", **(entry or {})}}))
+    return folder
+
+
+ALPACA = [{"instruction": f"question {i}", "input": "", "output": f"answer {i}"} for i in range(300)]
+RANKING = {
+    "ranking": True,
+    "columns": {"prompt": "instruction", "query": "input", "chosen": "chosen", "rejected": "rejected"},
+}
+PAIRS = [{"instruction": f"q{i}", "input": "", "chosen": "good", "rejected": "bad"} for i in range(12)]
+KTO = {"columns": {"prompt": "instruction", "query": "input", "response": "output", "kto_tag": "kto_tag"}}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("data")
+    write_data(folder, "alpaca", ALPACA)
+    write_data(folder, "pairs", PAIRS, RANKING)
+    write_data(folder, "kto", [{**r, "kto_tag": bool(i % 2)} for i, r in enumerate(ALPACA[:12])], KTO)
+    write_data(
+        folder, "text", [{"text": f"plain text number {i} " * 8} for i in range(40)], {"columns": {"prompt": "text"}}
+    )
+    return folder
+
+
+def config(tiny_model: Path, tmp_path: Path, data: Path, **overrides) -> dict:
+    base = tiny_train_config(tiny_model, tmp_path / "out", dataset="alpaca", dataset_dir=str(data))
+    base.update(overrides)
+    return base
+
+
+# -- the data stage is LLaMA-Factory's -----------------------------------------------------------
+def test_data_stage_is_what_each_workflow_passes_to_get_dataset():
+    # Fails when LLaMA-Factory changes a workflow's get_dataset(..., stage=...) call.
+    assert {s: data_stage(s) for s in ("sft", "pt", "rm", "dpo", "kto", "ppo")} == {
+        "sft": "sft",
+        "pt": "pt",
+        "rm": "rm",
+        "dpo": "rm",
+        "kto": "kto",
+        "ppo": "ppo",
+    }
+    with pytest.raises(UnknownStage):
+        data_stage("orpo")
+
+
+# -- good configs of every stage: no error ---------------------------------------------------------
+@pytest.mark.parametrize(
+    ("stage", "dataset", "extra"),
+    [
+        ("sft", "alpaca", {}),
+        ("dpo", "pairs", {}),
+        ("kto", "kto", {}),
+        ("rm", "pairs", {}),
+        ("pt", "text", {}),
+    ],
+)
+def test_good_configs_of_every_stage_pass(tiny_model, tmp_path, data, stage, dataset, extra):
+    run = dry_launch(config(tiny_model, tmp_path, data, stage=stage, dataset=dataset, **extra))
+    assert run.ok, run.findings
+    assert run.data_stage == data_stage(stage) and run.rows and run.rows["train"] > 0
+    assert not run.not_checked
+    assert {"parse", "tokenizer", "data", "model", "trainer"} <= set(run.timings)
+    assert not (tmp_path / "out").exists()  # nothing written where the user looks
+
+
+def test_nothing_is_saved_into_the_users_tokenized_path(tiny_model, tmp_path, data):
+    target = tmp_path / "out" / "tokenized"
+    run = dry_launch(config(tiny_model, tmp_path, data, tokenized_path=str(target)))
+    assert run.ok, run.findings
+    assert not (tmp_path / "out").exists()
+
+
+# -- stock LLaMA-Factory with the hook off, in one subprocess: the oracle for three refusals ----------
+STOCK_RUNNER = """
+import json, sys, traceback
+from llamafactory.train.tuner import run_exp
+results = {}
+for name, args in json.loads(open(sys.argv[1]).read()):
+    try:
+        run_exp(args=args)
+        results[name] = "trained"
+    except BaseException as exc:
+        results[name] = " ".join(f"{type(exc).__name__}: {exc}".split())
+json.dump(results, open(sys.argv[2], "w"))
+"""
+
+
+@pytest.fixture(scope="module")
+def stock(tiny_model, data, tmp_path_factory) -> tuple[dict[str, str], Path]:
+    """(stock LLaMA-Factory's last error per case, the output_dir holding a rank-8 checkpoint-1)."""
+    work = tmp_path_factory.mktemp("stock")
+    resumed = work / "resumed"
+    cases = [
+        ("rank8", config(tiny_model, work, data, output_dir=str(resumed), lora_rank=8, max_steps=1, save_steps=1)),
+        ("rank16", config(tiny_model, work, data, output_dir=str(resumed), lora_rank=16, max_steps=2)),
+        ("c_attn", config(tiny_model, work, data, output_dir=str(work / "c"), lora_target="c_attn", max_steps=1)),
+        ("dpo_sft", config(tiny_model, work, data, output_dir=str(work / "d"), stage="dpo", max_steps=1)),
+    ]
+    for _, case in cases:
+        case["cache_dir"] = str(work / "cache")
+    stub = work / "site" / "torchaudio"  # LLaMA-Factory imports torchaudio; the hook's stand-in is off
+    stub.mkdir(parents=True)
+    (stub / "__init__.py").write_text("")
+    (work / "cases.json").write_text(json.dumps(cases))
+    env = offline_env(work, LLAMAFACTORY_ROCM="0", PYTHONPATH=str(work / "site"))
+    proc = subprocess.run(
+        [sys.executable, "-c", STOCK_RUNNER, str(work / "cases.json"), str(work / "results.json")],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert (work / "results.json").is_file(), proc.stderr[-3000:]
+    return json.loads((work / "results.json").read_text()), resumed
+
+
+def test_wrong_lora_target_is_peft_own_words_as_stock_llamafactory_says(stock, tiny_model, tmp_path, data):
+    results, _ = stock
+    run = dry_launch(config(tiny_model, tmp_path, data, lora_target="c_attn"))
+    words = "Target modules {'c_attn'} not found in the base model"
+    assert words in results["c_attn"]
+    assert words in errors(run)["MODEL_MODULES_REFUSED"]
+    assert next(f.key for f in run.findings if f.code == "MODEL_MODULES_REFUSED") == "lora_target"
+
+
+def test_dpo_on_an_sft_dataset_is_refused_as_stock_llamafactory_refuses(stock, tiny_model, tmp_path, data):
+    results, _ = stock
+    words = "The dataset is not applicable in the current training stage."
+    assert words in results["dpo_sft"]
+    assert words in errors(dry_launch(config(tiny_model, tmp_path, data, stage="dpo")))["DATA_PIPELINE_REFUSED"]
+
+
+def test_resuming_another_lora_rank_dies_in_load_state_dict_and_is_refused(stock, tiny_model, tmp_path, data):
+    results, resumed = stock
+    assert results["rank8"] == "trained" and (resumed / "checkpoint-1").is_dir()
+    assert "size mismatch" in results["rank16"]  # stock: resume dies in load_state_dict
+    run = dry_launch(config(tiny_model, tmp_path, data, output_dir=str(resumed), lora_rank=16, max_steps=2))
+    assert "CHECKPOINT_MISMATCH" in errors(run)
+    assert run.resume is not None and run.resume.checkpoint.endswith("checkpoint-1")
+    # The same checkpoint with the same adapter resumes: said, with its step and the steps left.
+    run = dry_launch(config(tiny_model, tmp_path, data, output_dir=str(resumed), lora_rank=8, max_steps=5))
+    assert run.ok, run.findings
+    assert (run.resume.global_step, run.resume.total_steps, run.resume.steps_left) == (1, 5, 4)
+    assert "RESUMES_FROM_CHECKPOINT" in {f.code for f in run.findings}
+    # A full fine-tune cannot load an adapter-only checkpoint.
+    run = dry_launch(config(tiny_model, tmp_path, data, output_dir=str(resumed), finetuning_type="full"))
+    assert "CHECKPOINT_MISMATCH" in errors(run)
+
+
+# -- oracles: the library call the real run makes, called here on real objects ---------------------
+def _lf_template_error(tiny_model: Path, data: Path, tmp_path: Path, **overrides) -> str:
+    with text_only_llamafactory():
+        from llamafactory.data import get_template_and_fix_tokenizer
+        from llamafactory.hparams import get_train_args
+        from llamafactory.model import load_tokenizer
+    model_args, data_args, *_ = get_train_args(config(tiny_model, tmp_path, data, **overrides))
+    with pytest.raises(Exception) as caught:
+        get_template_and_fix_tokenizer(load_tokenizer(model_args)["tokenizer"], data_args)
+    return " ".join(str(caught.value).split())
+
+
+@pytest.mark.parametrize(
+    "overrides", [{"template": ["llama3"]}, {"template": "glm4", "train_on_prompt": True}], ids=["list", "glm4"]
+)
+def test_template_refusals_are_llamafactorys_own(tiny_model, tmp_path, data, overrides):
+    words = _lf_template_error(tiny_model, data, tmp_path, **overrides)
+    assert words in errors(dry_launch(config(tiny_model, tmp_path, data, **overrides)))["TEMPLATE_REFUSED"]
+
+
+def test_freeze_modules_the_model_lacks_are_refused_as_load_model_refuses_on_real_weights(tiny_model, tmp_path, data):
+    overrides = {"finetuning_type": "freeze", "freeze_trainable_modules": "self_attention"}
+    with text_only_llamafactory():
+        from llamafactory.hparams import get_train_args
+        from llamafactory.model import load_model, load_tokenizer
+    model_args, _, _, finetuning_args, _ = get_train_args(config(tiny_model, tmp_path, data, **overrides))
+    with pytest.raises(ValueError) as real:  # the real load, real weights
+        load_model(load_tokenizer(model_args)["tokenizer"], model_args, finetuning_args, is_trainable=True)
+    run = dry_launch(config(tiny_model, tmp_path, data, **overrides))
+    assert str(real.value) in errors(run)["MODEL_MODULES_REFUSED"]
+
+
+def test_val_size_is_split_on_the_full_rows_as_datasets_splits_them(tiny_model, tmp_path, data):
+    from datasets import load_dataset
+
+    rows = load_dataset("json", data_files=str(data / "alpaca.jsonl"), split="train", cache_dir=str(tmp_path / "c"))
+    with pytest.raises(ValueError) as real:
+        rows.train_test_split(test_size=400, seed=0)
+    run = dry_launch(config(tiny_model, tmp_path, data, max_samples=None, val_size=400), rows_cap=64)
+    assert " ".join(str(real.value).split()) in errors(run)["DATA_SPLIT_REFUSED"]
+    # A fraction: the row counts are the full split's, not the capped one's (300 rows, cap 64).
+    full = rows.train_test_split(test_size=0.1, seed=0)
+    run = dry_launch(config(tiny_model, tmp_path, data, max_samples=None, val_size=0.1), rows_cap=64)
+    assert run.ok and run.rows_estimated
+    assert run.rows == {"train": len(full["train"]), "eval": len(full["test"])}
+
+
+def test_llamafactory_lines_the_data_step_relies_on_are_still_there():
+    with text_only_llamafactory():
+        import llamafactory.data.loader as loader
+        import llamafactory.model.loader as model_loader
+    single = inspect.getsource(loader._load_single_dataset)
+    assert "min(data_args.max_samples, len(dataset))" in single  # _RecordingCap sees len(dataset) there
+    assert "split_dataset(dataset, eval_dataset, data_args, seed=training_args.seed)" in inspect.getsource(
+        loader.get_dataset
+    )
+    load = inspect.getsource(model_loader.load_model)
+    assert "if model_args.train_from_scratch:" in load and "load_class.from_config(" in load
+
+
+def test_optimizer_and_reporter_packages_are_the_trainers_own_words(tiny_model, tmp_path, data):
+    import torch
+    from transformers.integrations import WandbCallback
+
+    if importlib.util.find_spec("bitsandbytes") or importlib.util.find_spec("wandb"):
+        pytest.skip("bitsandbytes or wandb is installed here")
+    run = dry_launch(config(tiny_model, tmp_path, data, optim="adamw_bnb_8bit", report_to="wandb"))
+    with pytest.raises(RuntimeError) as real:
+        WandbCallback()
+    assert str(real.value) in errors(run)["REPORTER_UNAVAILABLE"]
+    assert "bitsandbytes" in errors(run)["OPTIMIZER_UNAVAILABLE"]
+    with pytest.raises(TypeError) as real:
+        torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr="5e-5")
+    run = dry_launch(config(tiny_model, tmp_path, data, learning_rate="5e-5"))
+    assert str(real.value) in errors(run)["OPTIMIZER_REFUSED"]
+
+
+def test_scheduler_and_batch_values_only_the_trainer_refuses(tiny_model, tmp_path, data):
+    import torch
+    from transformers.optimization import get_scheduler
+
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))])
+    with pytest.raises(ValueError) as real:
+        get_scheduler("cosine_with_min_lr", optimizer=opt, num_warmup_steps=0, num_training_steps=10)
+    run = dry_launch(config(tiny_model, tmp_path, data, lr_scheduler_type="cosine_with_min_lr"))
+    assert str(real.value) in errors(run)["SCHEDULER_REFUSED"]
+    with pytest.raises(ValueError) as real:
+        torch.utils.data.DataLoader(range(4), batch_size=0)
+    run = dry_launch(config(tiny_model, tmp_path, data, per_device_train_batch_size=0))
+    assert str(real.value) in errors(run)["BATCH_REFUSED"]
+
+
+def test_a_tokenized_dataset_from_another_tokenizer_is_refused(tiny_model, tmp_path, data):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from datasets import Dataset, DatasetDict
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model)
+    too_big = model.get_input_embeddings().num_embeddings + 10
+    with pytest.raises(IndexError):  # the real first forward
+        model(input_ids=torch.tensor([[1, too_big]]))
+    rows = {"input_ids": [[1, too_big]], "attention_mask": [[1, 1]], "labels": [[1, too_big]]}
+    DatasetDict({"train": Dataset.from_dict(rows)}).save_to_disk(str(tmp_path / "tok"))
+    run = dry_launch(config(tiny_model, tmp_path, data, tokenized_path=str(tmp_path / "tok")))
+    assert "TOKENIZED_DATA_MISMATCH" in errors(run) and run.rows == {"train": 1, "eval": 0}
+    rows = {k: [[1, 2]] for k in rows}
+    DatasetDict({"train": Dataset.from_dict(rows)}).save_to_disk(str(tmp_path / "tok_ok"))
+    assert dry_launch(config(tiny_model, tmp_path, data, tokenized_path=str(tmp_path / "tok_ok"))).ok
+
+
+# -- what cannot be reached, paths that do not exist --------------------------------------------------
+def test_a_hub_model_not_in_the_cache_is_not_checked_in_one_line(tiny_model, tmp_path, data, monkeypatch):
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-hf"))
+    run = dry_launch(config(tiny_model, tmp_path, data, model_name_or_path="meta-llama/Meta-Llama-3-8B"))
+    assert run.ok
+    assert run.not_checked == [
+        "not checked: tokenizer, template, data pipeline and model modules "
+        "(meta-llama/Meta-Llama-3-8B is not local and not in the Hugging Face cache)"
+    ]
+
+
+def test_paths_that_do_not_exist(tiny_model, tmp_path, data):
+    run = dry_launch(config(tiny_model, tmp_path, data, model_name_or_path=str(tmp_path / "no" / "model")))
+    assert "MODEL_NOT_FOUND" in errors(run)
+    run = dry_launch(config(tiny_model, tmp_path, data, resume_from_checkpoint=str(tmp_path / "no-ckpt")))
+    assert "CHECKPOINT_NOT_LOADABLE" in errors(run)
+    (tmp_path / "file").write_text("x")
+    assert "OUTPUT_DIR_NOT_A_FOLDER" in errors(
+        dry_launch(config(tiny_model, tmp_path, data, output_dir=str(tmp_path / "file")))
+    )
+
+
+# -- checkpoints: transformers' and DeepSpeed's file checks -----------------------------------------
+def test_checkpoint_file_names_are_transformers_own():
+    import transformers.trainer as trainer
+    import transformers.utils as hf_utils
+    from transformers.integrations import deepspeed
+
+    from llamafactory_rocm.lf import dry_run
+
+    assert (dry_run.TRAINER_STATE_NAME, dry_run.FSDP_MODEL_NAME) == (
+        trainer.TRAINER_STATE_NAME,
+        trainer.FSDP_MODEL_NAME,
+    )
+    source = inspect.getsource(trainer.Trainer._load_from_checkpoint)
+    for name in (
+        "WEIGHTS_NAME",
+        "SAFE_WEIGHTS_NAME",
+        "WEIGHTS_INDEX_NAME",
+        "SAFE_WEIGHTS_INDEX_NAME",
+        "ADAPTER_WEIGHTS_NAME",
+        "ADAPTER_SAFE_WEIGHTS_NAME",
+        "FSDP_MODEL_NAME",
+    ):
+        assert (name in source and getattr(hf_utils, name, None) is not None) or name == "FSDP_MODEL_NAME"
+    assert "Can't find a valid checkpoint" in source
+    assert 'glob.glob(f"{checkpoint_path}/global_step*")' in inspect.getsource(deepspeed.deepspeed_load_checkpoint)
+    assert "TrainerState.load_from_json(os.path.join(resume_from_checkpoint, TRAINER_STATE_NAME))" in (
+        inspect.getsource(trainer.Trainer.train)
+    )
+
+
+def deepspeed_zero3_checkpoint(folder: Path) -> Path:
+    """The layout transformers + DeepSpeed ZeRO-3 save (stage3_gather_16bit_weights_on_model_save: false)."""
+    step = folder / "global_step10"
+    step.mkdir(parents=True)
+    (folder / "latest").write_text("global_step10")
+    (step / "zero_pp_rank_0_mp_rank_00_model_states.pt").write_bytes(b"")
+    (step / "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt").write_bytes(b"")
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": 10, "max_steps": 30}))
+    (folder / "zero_to_fp32.py").write_text("")
+    return folder
+
+
+def test_a_deepspeed_zero3_checkpoint_without_gathered_weights_is_loadable(tmp_path):
+    ckpt = deepspeed_zero3_checkpoint(tmp_path / "checkpoint-10")
+    assert checkpoint_loadable(ckpt, deepspeed=True) and checkpoint_loadable(ckpt)
+    assert not checkpoint_loadable(ckpt, deepspeed=False)  # Trainer._load_from_checkpoint needs weights
+    (ckpt / "latest").unlink()
+    assert not checkpoint_loadable(ckpt, deepspeed=True)
+    assert not checkpoint_loadable(tmp_path / "nowhere")
+
+
+# -- a Llama-3-8B-shaped config.json, no weights ----------------------------------------------------
+def test_llama3_8b_shaped_config_through_the_meta_model(tiny_model, tmp_path, data):
+    import shutil
+
+    from transformers import LlamaConfig
+
+    shape = json.loads((Path(models_package.__file__).parent / "llama3_8b.json").read_text())["config"]
+    folder = tmp_path / "llama3-8b-shaped"
+    LlamaConfig(**{k: v for k, v in shape.items() if k != "model_type"}).save_pretrained(folder)
+    for name in ("tokenizer.json", "tokenizer_config.json"):  # a tokenizer, so the launch reaches the model
+        shutil.copy(tiny_model / name, folder / name)
+    run = dry_launch(config(tiny_model, tmp_path, data, model_name_or_path=str(folder)))
+    assert run.ok, run.findings
+    assert run.timings["model"] < 30
+    bad = dry_launch(config(tiny_model, tmp_path, data, model_name_or_path=str(folder), lora_target="c_attn"))
+    assert "Target modules {'c_attn'} not found" in errors(bad)["MODEL_MODULES_REFUSED"]
+
+
+def test_stages_module_parses_without_importing_the_workflows():
+    code = textwrap.dedent(
+        """
+        import sys
+        from llamafactory_rocm.lf.stages import data_stage
+        data_stage("dpo")
+        print(any(m.startswith("llamafactory.train") for m in sys.modules))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
