@@ -47,6 +47,9 @@ class Context:
     schema: Any = None
     # distribution names installed here (lowercase, "-" for "_"); None when not read
     installed: frozenset[str] | None = None
+    # examples LLaMA-Factory will train on, after its own processing and val_size split (the dry run's
+    # count); None when the data could not be run
+    train_rows: int | None = None
 
     @property
     def planned(self) -> bool:

@@ -52,8 +52,6 @@ MI300X_ENV = {
     "HSA_NO_SCRATCH_RECLAIM": "1",
 }
 LOOPBACK = ("127.", "localhost", "::1")
-# An info finding the dataset check may carry: ``new`` = rows LLaMA-Factory will train on.
-DATASET_ROWS_CODE = "DATASET_ROWS"
 
 
 @dataclass(frozen=True)
@@ -150,21 +148,6 @@ def deepspeed_json(config: Mapping[str, Any]) -> dict[str, Any] | None:
     return found if isinstance(found, dict) else None
 
 
-def dataset_rows(ctx: Context) -> int | None:
-    """Rows the dataset check counted (after max_samples), where it says so."""
-    rows = [f.new for f in ctx.extra_findings if f.code == DATASET_ROWS_CODE and isinstance(f.new, int)]
-    return sum(rows) if rows else None
-
-
-def _train_rows(config: Mapping[str, Any], rows: int) -> int:
-    """Rows left for training after val_size (a share below 1, or a count)."""
-    try:
-        val = float(config.get("val_size", 0) or 0)
-    except (TypeError, ValueError):
-        return rows
-    return rows - (math.floor(rows * val) if 0 < val < 1 else int(val))
-
-
 def world_batch(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     world, problems = read_world(config, env, ctx)
     if problems:
@@ -186,14 +169,13 @@ def world_batch(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context)
     plan = f"Global batch: {arithmetic} sequences, up to {global_batch * cutoff:,} tokens per optimizer step"
     if world.min_nodes is not None:
         plan += f" (elastic: {per_device * accumulation * world.smallest} with {world.min_nodes} nodes)"
-    rows = dataset_rows(ctx)
-    if rows is not None:
-        train_rows = _train_rows(config, rows)
+    train_rows = ctx.train_rows  # after LLaMA-Factory's own processing and val_size split (the dry run)
+    if train_rows is not None:
         if train_rows < global_batch:
             findings.append(
                 Finding(
                     code="GLOBAL_BATCH_OVER_DATASET",
-                    level=Level.ERROR,
+                    level=Level.WARNING,  # LLaMA-Factory trains it: each epoch is one step on repeated rows
                     old=global_batch,
                     new=train_rows,
                     message=f"The global batch is larger than the data: {arithmetic} sequences, but the dataset "
