@@ -50,4 +50,9 @@ PRESETS: tuple[PresetEntry, ...] = (
     PresetEntry("rx7900xtx_qwen3_lora", "rx7900xtx", "qwen3-8b", "lora", 1, "Qwen3-8B bf16 LoRA in 24 GB"),
     PresetEntry("rx7800xt_llama3_qlora", "rx7800xt", "llama3-8b", "qlora", 1, "16 GB RDNA3: 4-bit QLoRA"),
     PresetEntry("w7900_llama3_lora", "w7900", "llama3-8b", "lora", 1, "Llama-3-8B LoRA in 48 GB, batch 4 x 2048"),
+    # issue 22: the 2026 machines (docs/rdna4-strixhalo.md); none of them ran on the hardware
+    PresetEntry("mi355x_llama3_lora", "mi355x", "llama3-8b", "lora", 1, "Llama-3-8B LoRA, bf16, batch 32 x 4096"),
+    PresetEntry("r9700_llama3_lora", "r9700", "llama3-8b", "lora", 1, "RDNA4 32 GB: Llama-3-8B LoRA, batch 2 x 2048"),
+    PresetEntry("rx9070xt_qwen3_4b_lora", "rx9070xt", "qwen3-4b", "lora", 1, "RDNA4 16 GB: Qwen3-4B LoRA (8B: no fit)"),
+    PresetEntry("strixhalo_qwen3_lora", "strixhalo", "qwen3-4b", "lora", 1, "Strix Halo (unified): Qwen3-4B LoRA r6"),
 )

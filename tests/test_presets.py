@@ -30,6 +30,11 @@ REQUIRED = {
     "w7900_llama3_lora",
     "mi300x_qwen3_lora",
     "rx7900xtx_qwen3_lora",
+    # issue 22
+    "mi355x_llama3_lora",
+    "r9700_llama3_lora",
+    "rx9070xt_qwen3_4b_lora",
+    "strixhalo_qwen3_lora",
 }
 
 
