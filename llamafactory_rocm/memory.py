@@ -107,15 +107,22 @@ def shipped_models() -> dict[str, dict[str, Any]]:
     return found
 
 
-def model_config_for(name_or_path: str) -> dict[str, Any] | None:
-    """A local folder's config.json, else a shipped config for a known hub id, else None."""
-    local = Path(name_or_path) / "config.json"
-    if local.is_file():
-        try:
-            found = json.loads(local.read_text("utf-8"))
-        except (OSError, ValueError, RecursionError):  # unreadable: no estimate (transformers will say why)
-            return None
-        return found if isinstance(found, dict) else None
+def model_config_for(name_or_path: str, cache_dir: str | None = None) -> dict[str, Any] | None:
+    """The model's config as transformers reads it (``AutoConfig.from_pretrained(..., local_files_only=True)``:
+    a local folder or the Hugging Face cache, never the network), else a shipped config for a known hub
+    id, else None."""
+    if not name_or_path:
+        return None
+    try:
+        from transformers import AutoConfig
+
+        found = AutoConfig.from_pretrained(name_or_path, local_files_only=True, cache_dir=cache_dir).to_dict()
+    except Exception:  # not local, not cached, or unreadable: transformers says why at launch
+        found = None
+    if found is not None:
+        return found
+    if (Path(name_or_path) / "config.json").exists():  # a local config transformers cannot read: no estimate
+        return None
     return shipped_models().get(name_or_path.lower())
 
 
@@ -124,9 +131,17 @@ def model_config_for(name_or_path: str) -> dict[str, Any] | None:
 UNESTIMABLE = (ValueError, TypeError, KeyError, OverflowError, ZeroDivisionError)
 
 
+def lf_default(key: str) -> Any:
+    """The default LLaMA-Factory gives ``key`` (its and transformers' argument dataclass fields)."""
+    from .lf.schema import field_defaults
+
+    return field_defaults()[key]
+
+
 @dataclass(frozen=True)
 class TrainingShape:
-    """The parts of a LLaMA-Factory config that decide memory, with LLaMA-Factory's defaults."""
+    """The parts of a LLaMA-Factory config that decide memory. The class defaults serve the calibration
+    tests; ``from_config`` fills what a config leaves out from LLaMA-Factory's own field defaults."""
 
     method: str = "lora"  # lora | freeze | full
     lora_rank: int = 8
@@ -144,22 +159,25 @@ class TrainingShape:
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], world_size: int = 1) -> TrainingShape:
-        targets = str(config.get("lora_target", "all"))
+        def get(key: str) -> Any:
+            return config[key] if key in config else lf_default(key)
+
+        targets = str(get("lora_target"))
         names = LINEAR_NAMES if targets == "all" else tuple(t.strip() for t in targets.split(",") if t.strip())
-        optim = str(config.get("optim", "adamw_torch")).lower()
-        bits = config.get("quantization_bit")
+        optim = str(get("optim")).lower()
+        bits = get("quantization_bit")
         return cls(
-            method=str(config.get("finetuning_type", "lora")),
-            lora_rank=int(config.get("lora_rank", 8)),
+            method=str(get("finetuning_type")),
+            lora_rank=int(get("lora_rank")),
             lora_targets=names,
             quantization_bit=int(bits) if bits not in (None, "", "null") else None,
-            batch=int(config.get("per_device_train_batch_size", 8)),
-            cutoff_len=int(config.get("cutoff_len", 2048)),
-            gradient_checkpointing=not bool(config.get("disable_gradient_checkpointing", False)),
-            fused_loss=bool(config.get("enable_liger_kernel", False)),
+            batch=int(get("per_device_train_batch_size")),
+            cutoff_len=int(get("cutoff_len")),
+            gradient_checkpointing=not bool(get("disable_gradient_checkpointing")),
+            fused_loss=bool(get("enable_liger_kernel")),
             optimizer_bytes=2 if "8bit" in optim else 0 if optim == "sgd" else 8,
-            weight_bytes=4 if not (config.get("bf16") or config.get("fp16") or config.get("pure_bf16")) else 2,
-            freeze_layers=abs(int(config.get("freeze_trainable_layers", 2))),
+            weight_bytes=4 if not (get("bf16") or get("fp16") or get("pure_bf16")) else 2,
+            freeze_layers=abs(int(get("freeze_trainable_layers"))),
             zero_stage=zero_stage_of(config),
             world_size=max(1, world_size),
         )
@@ -245,7 +263,8 @@ def estimate(shape: ModelShape, parameters: int, train: TrainingShape) -> Estima
 
 def estimate_config(config: Mapping[str, Any], world_size: int = 1) -> Estimate | None:
     """Estimate for a LLaMA-Factory config, or None when the model's shapes are unknown offline."""
-    model_cfg = model_config_for(str(config.get("model_name_or_path", "")))
+    cache_dir = config.get("cache_dir")
+    model_cfg = model_config_for(str(config.get("model_name_or_path", "")), str(cache_dir) if cache_dir else None)
     if model_cfg is None:
         return None
     try:
@@ -260,7 +279,7 @@ def largest_fitting_batch(
     shape: ModelShape, parameters: int, config: Mapping[str, Any], budget_gib: float, world_size: int = 1
 ) -> int | None:
     """The largest per_device_train_batch_size whose estimate fits ``budget_gib`` (None if even 1 does not)."""
-    start = int(config.get("per_device_train_batch_size", 8))
+    start = int(config.get("per_device_train_batch_size", lf_default("per_device_train_batch_size")))
     for batch in range(start, 0, -1):
         train = TrainingShape.from_config({**config, "per_device_train_batch_size": batch}, world_size)
         if estimate(shape, parameters, train).total_gib <= budget_gib:

@@ -138,7 +138,7 @@ def test_json_output_shape(workdir):
 
 
 def test_a_flag_llamafactory_does_not_have_is_an_unknown_key_with_the_closest_one(workdir):
-    result = check(["good.yaml", "--gpus", "8", "--json"], workdir)
+    result = check([*GOOD_FLAGS, "--gpus", "8", "--json"], workdir)
     assert result.returncode == 1, result.stderr
     errors = [f for f in json.loads(result.stdout)["findings"] if f["level"] == "error"]
     assert [f["code"] for f in errors] == ["UNKNOWN_KEY"]
@@ -153,9 +153,20 @@ def test_the_flag_form_resolves_exactly_as_the_yaml_form(workdir):
     assert [f["code"] for f in from_flags["findings"]] == [f["code"] for f in from_yaml["findings"]]
 
 
-def test_a_file_then_flags_puts_the_flags_on_top(workdir):
-    report = json.loads(check(["good.yaml", "learning_rate=2e-4", "--max_steps", "7", "--json"], workdir).stdout)
+def test_a_file_then_overrides_puts_the_overrides_on_top(workdir):
+    report = json.loads(check(["good.yaml", "learning_rate=2e-4", "max_steps=7", "--json"], workdir).stdout)
     assert report["config"]["learning_rate"] == 2e-4 and report["config"]["max_steps"] == 7
+
+
+def test_a_file_then_flags_is_refused_in_one_line_as_llamafactory_refuses_it(workdir):
+    # Oracle: tests/test_config_values_stock.py runs stock llamafactory-cli on the same tokens.
+    result = check(["good.yaml", "learning_rate=2e-4", "--max_steps", "7"], workdir)
+    assert_one_line_usage_error(result, "'--max_steps', '7' become keys", "Some keys are not used", "max_steps=7")
+
+
+def test_an_empty_config_is_one_line(workdir):
+    (workdir / "empty.yaml").write_text("# model_name_or_path: x\n")
+    assert_one_line_usage_error(check(["empty.yaml"], workdir), "empty.yaml is empty")
 
 
 def test_a_bad_flag_value_is_a_finding_naming_key_value_and_type(workdir):
@@ -211,8 +222,8 @@ def test_an_error_of_our_own_is_one_line_with_exit_4_and_the_traceback_on_reques
 
 
 def test_once_llamafactory_runs_its_errors_are_shown_as_it_shows_them(workdir, monkeypatch):
-    from llamafactory_rocm.train import launch
     from llamafactory_rocm.cli import check_cmd, main
+    from llamafactory_rocm.train import launch
 
     def trainer_fails(args: object) -> int:
         launch.HANDED_OVER = True  # as hand_over sets it before LLaMA-Factory's launcher runs

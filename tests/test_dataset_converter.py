@@ -288,3 +288,37 @@ def test_the_check_reads_data_with_the_stage_the_workflow_passes(tmp_path, stage
     config = {"stage": stage, "dataset": "d", "dataset_dir": str(folder)}
     _, findings = config_dataset_findings(config, tmp_path)
     assert (not any(f.level.value == "error" for f in findings)) is ok, findings
+
+
+def test_the_entry_keys_are_llamafactorys_own():
+    """entry.py records the keys by running LLaMA-Factory's parser; this pins them to DatasetAttr's fields
+    (and FORMATTINGS, a constant for the CLI's choices, to its Literal), so a release that adds a key or a
+    formatting fails here."""
+    import dataclasses
+    import typing
+
+    from llamafactory.data.parser import DatasetAttr
+
+    from llamafactory_rocm.dataset import entry
+
+    fields = {f.name: f for f in dataclasses.fields(DatasetAttr)}
+    read = set(entry.OPTION_KEYS) - {"columns", "tags"}
+    assert read | set(entry.COLUMN_KEYS) | set(entry.TAG_KEYS) == set(fields) - {"load_from", "dataset_name"}
+    assert typing.get_args(fields["formatting"].type) == entry.FORMATTINGS
+    assert entry.SOURCE_KEYS[-1] == "file_name" and {"hf_hub_url", "script_url"} <= set(entry.SOURCE_KEYS)
+    assert entry.tag_defaults() == {tag: fields[tag].default for tag in entry.TAG_KEYS}
+
+
+def test_a_key_llamafactory_ignores_is_a_warning_not_a_refusal(tmp_path):
+    """Oracle: LLaMA-Factory's own get_dataset_list reads the entry the same with and without the key."""
+    from llamafactory.data.parser import get_dataset_list
+
+    rows = [ok_alpaca(i) for i in range(4)]
+    plain = {"file_name": "d.jsonl"}
+    commented = {**plain, "comment": "from the wiki", "colums": {"prompt": "instruction"}}
+    assert vars(get_dataset_list(["d"], {"d": commented})[0]) == vars(get_dataset_list(["d"], {"d": plain})[0])
+    folder = write(tmp_path / "data", "d", rows, {"comment": "from the wiki", "colums": {"prompt": "instruction"}})
+    report = validate_dataset("d", folder)
+    assert report.errors == [] and report.kept == 4
+    assert any("'comment'" in w for w in report.warnings)
+    assert any("'colums' (did you mean 'columns'?)" in w for w in report.warnings)

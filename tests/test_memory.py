@@ -140,3 +140,46 @@ def test_a_value_that_is_not_a_number_gives_no_estimate_and_no_crash(key, value)
 def test_a_broken_config_json_in_the_model_folder_gives_no_estimate(tmp_path, text):
     (tmp_path / "config.json").write_text(text)
     assert estimate_config({"model_name_or_path": str(tmp_path)}) is None
+
+
+def test_the_defaults_the_estimate_uses_are_llamafactorys_own_field_defaults():
+    """What a config leaves out is read from LLaMA-Factory's argument dataclasses; the class defaults (used
+    by the calibration tests) are pinned to the same fields, so a release that changes one fails here."""
+    import dataclasses
+
+    from llamafactory.hparams.parser import _TRAIN_ARGS
+
+    lf = {f.name: f.default for cls in _TRAIN_ARGS for f in dataclasses.fields(cls)}
+    plain = TrainingShape()
+    assert plain.lora_rank == lf["lora_rank"] and plain.batch == lf["per_device_train_batch_size"]
+    assert plain.cutoff_len == lf["cutoff_len"] and plain.freeze_layers == lf["freeze_trainable_layers"]
+    assert plain.gradient_checkpointing is not lf["disable_gradient_checkpointing"]
+    assert plain.method == lf["finetuning_type"] and lf["lora_target"] == "all"
+    assert plain.fused_loss is lf["enable_liger_kernel"] and plain.quantization_bit is lf["quantization_bit"]
+    read = TrainingShape.from_config({})
+    assert (read.lora_rank, read.batch, read.cutoff_len) == (
+        lf["lora_rank"],
+        lf["per_device_train_batch_size"],
+        lf["cutoff_len"],
+    )
+
+
+def test_a_model_in_the_hugging_face_cache_is_read_by_transformers(tmp_path, monkeypatch):
+    """model_config_for asks AutoConfig.from_pretrained(local_files_only=True): a config.json in the HF
+    cache is found by its hub id, as the launch will find it, without the network."""
+    import json
+
+    from huggingface_hub.constants import REPO_ID_SEPARATOR
+
+    cache = tmp_path / "hub"
+    snapshot = cache / f"models{REPO_ID_SEPARATOR}someone{REPO_ID_SEPARATOR}tiny" / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    (snapshot.parent.parent / "refs").mkdir()
+    (snapshot.parent.parent / "refs" / "main").write_text("0" * 40)
+    shape = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2}
+    shape |= {"num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100}
+    (snapshot / "config.json").write_text(json.dumps(shape))
+    found = model_config_for("someone/tiny", cache_dir=str(cache))
+    assert found is not None and found["hidden_size"] == 64 and found["num_key_value_heads"] == 2
+    assert model_config_for("someone/tiny") is None  # not in the default cache, not shipped
+    assert model_config_for(LLAMA3)["hidden_size"] == 4096  # not cached: the shipped shapes

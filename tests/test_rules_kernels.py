@@ -79,3 +79,28 @@ def test_qlora_on_rocm_needs_bitsandbytes_0_49():
 def test_qlora_on_an_arch_without_bitsandbytes_kernels_is_refused():
     step = kernels.bitsandbytes_for_qlora({"quantization_bit": 4}, {}, with_packages("mi100", bitsandbytes="0.50.0"))
     assert step.findings[0].code == "QLORA_ARCH_UNSUPPORTED"
+
+
+def test_tf32_on_this_machine_is_decided_by_transformers_itself():
+    """Where the snapshot is this machine, the verdict is transformers' is_torch_tf32_available; the
+    oracle is its TrainingArguments refusing (or taking) tf32: true here."""
+    from transformers import TrainingArguments
+
+    ctx = make_ctx("cpu_only")
+    here = Context(
+        snapshot=ctx.snapshot.model_copy(update={"source": "probe"}), catalogue=ctx.catalogue, known_keys=ctx.known_keys
+    )
+    dropped = "tf32" not in kernels.drop_tf32({"tf32": True}, {}, here).config
+    try:
+        TrainingArguments(output_dir="unused", tf32=True, use_cpu=True)
+        refused = False
+    except ValueError as exc:
+        refused = "--tf32 requires Ampere" in str(exc)
+    assert dropped == refused
+
+
+def test_versions_are_compared_by_packaging_hip_strings_included():
+    assert kernels.version("2.8.0.post2+rocm6.4") < kernels.version("2.10")
+    assert kernels.version("6.4.43482-0f2d60242") >= kernels.version("6.4")  # HIP's own form
+    assert kernels.version_tuple("2.8.0.post2+rocm") == (2, 8, 0)
+    assert kernels.version_tuple("7.0.51831-a3e329ad8") >= (7, 0)

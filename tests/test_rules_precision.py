@@ -80,3 +80,24 @@ def test_string_booleans_from_dict_users_count():
 def test_the_rewrite_cites_the_failure_recorded_for_that_arch(name, cited):
     (finding,) = precision.prefer_bf16({"fp16": True}, {}, make_ctx(name)).findings
     assert cited in finding.message
+
+
+def test_transformers_refuses_fp16_and_bf16_together_on_this_machine():
+    """The oracle for PRECISION_CONFLICT: transformers' own TrainingArguments, not our rule."""
+    from transformers import TrainingArguments
+
+    with pytest.raises(ValueError, match="At most one of fp16 and bf16 can be True"):
+        TrainingArguments(output_dir="unused", fp16=True, bf16=True, use_cpu=True)
+
+
+@pytest.mark.parametrize("snapshot", ["mi300x", "mi250x", "rx7900xtx", "mi100", "mi50", "cpu_only", "cuda_h200"])
+def test_fp16_and_bf16_together_stay_refused_through_every_rule_on_every_machine(snapshot):
+    from llamafactory_rocm.rules import resolve
+
+    config = {"fp16": True, "bf16": True}
+    resolution = resolve(config, {}, make_ctx(snapshot))
+    assert resolution.config["fp16"] is True and resolution.config["bf16"] is True  # never silently resolved
+    conflicts = [f for f in resolution.findings if f.code == "PRECISION_CONFLICT"]
+    assert [f.level for f in conflicts] == [Level.ERROR]
+    rewrites = {"PRECISION_FP16_TO_BF16", "PRECISION_CPU_FP16", "PRECISION_CPU_USE_CPU"}
+    assert not rewrites & {f.code for f in resolution.findings}

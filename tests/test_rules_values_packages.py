@@ -37,12 +37,57 @@ def test_each_value_the_parser_refuses_is_one_finding_naming_key_value_and_type(
     "config",
     [
         {"max_steps": 2, "learning_rate": 1.0e-4, "bf16": True, "stage": "sft", "template": "llama3"},
-        {"learning_rate": "1e-4", "max_steps": "3", "bf16": "false", "lora_target": "q_proj,v_proj"},
+        {"learning_rate": 1, "bf16": "true", "do_train": 1, "lora_target": "q_proj,v_proj"},
         {"quantization_bit": None, "lr_scheduler_type": "cosine", "report_to": "none"},
     ],
 )
-def test_values_the_parser_converts_pass(ctx, config):
-    assert values.refuse_unconvertible_values(config, {}, ctx).findings == []
+def test_values_the_trainer_takes_as_they_are_pass_untouched(ctx, config):
+    step = values.refuse_unconvertible_values(config, {}, ctx)
+    assert step.findings == [] and step.config == config
+
+
+@pytest.mark.parametrize(
+    "key, value, new",
+    [
+        ("learning_rate", "5e-5", 5e-5),
+        ("learning_rate", "1e-4", 1e-4),
+        ("cutoff_len", "1024", 1024),
+        ("max_steps", 2.0, 2),
+        ("lora_rank", 8.0, 8),
+        ("max_samples", "1e3", 1000),
+        ("bf16", "false", False),
+    ],
+)
+def test_a_value_with_one_lossless_meaning_in_its_type_is_rewritten_and_said(ctx, key, value, new):
+    step = values.refuse_unconvertible_values({key: value, "stage": "sft"}, {}, ctx)
+    (finding,) = step.findings
+    assert (finding.code, finding.level, finding.key, finding.old, finding.new) == (
+        "VALUE_COERCED",
+        Level.CHANGE,
+        key,
+        value,
+        new,
+    )
+    assert step.config == {key: new, "stage": "sft"} and type(step.config[key]) is type(new)
+    assert repr(value) in finding.message
+
+
+def test_llamafactory_hands_yaml_values_to_the_dataclasses_unconverted():
+    """The premise of VALUE_COERCED, asked of LLaMA-Factory's own parser (parse_dict converts nothing),
+    so the rule is revisited if a release starts converting."""
+    from transformers import HfArgumentParser
+
+    from llamafactory_rocm.lf.text_only import text_only_llamafactory
+
+    with text_only_llamafactory():
+        from llamafactory.hparams.parser import _TRAIN_ARGS
+
+    _, data, training, *_ = HfArgumentParser(_TRAIN_ARGS).parse_dict(
+        {"model_name_or_path": "unused", "output_dir": "unused", "use_cpu": True}
+        | {"learning_rate": "5e-5", "cutoff_len": "1024", "bf16": "false"}
+    )
+    assert training.learning_rate == "5e-5" and data.cutoff_len == "1024"
+    assert training.bf16 == "false"  # a true string: the run would train in bf16
 
 
 def test_the_flag_form_is_read_by_llamafactorys_own_parser():

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from llamafactory_rocm.check.run import planned_snapshot
+from llamafactory_rocm.check.target import planned_snapshot
 from llamafactory_rocm.findings import Finding, Level
 from llamafactory_rocm.machine.snapshot import Snapshot
 from llamafactory_rocm.rules import memory_fit, resolve, world
@@ -237,3 +237,34 @@ def test_the_rule_runs_in_the_chain_before_the_memory_estimate():
 def test_snapshot_fixture_is_the_eight_gpu_one():
     snap: Snapshot = load_snapshot("mi300x_8gpu")
     assert len(snap.devices) == 8 and snap.gpu_base_archs == ["gfx942"]
+
+
+def test_every_value_transformers_matches_against_the_deepspeed_json_is_checked(tmp_path):
+    """The keys come from transformers' own trainer_config_process (read from its source here), so a key
+    it adds or drops is still checked as it checks it; each pinned to a wrong value is reported."""
+    import inspect
+    import re
+
+    from transformers.integrations import deepspeed as hf_deepspeed
+
+    source = inspect.getsource(hf_deepspeed.HfTrainerDeepSpeedConfig.trainer_config_process)
+    keys = re.findall(r'self\.fill_match\(\s*"([^"]+)"', source)
+    assert {"train_batch_size", "gradient_clipping", "optimizer.params.lr", "bf16.enabled"} <= set(keys)
+    # the probe stands on accelerate's HfDeepSpeedConfig, the base transformers gives it with DeepSpeed installed
+    assert "from accelerate.utils.deepspeed import HfDeepSpeedConfig as DeepSpeedConfig" in inspect.getsource(
+        hf_deepspeed
+    )
+    ds: dict = {}
+    for key in keys:
+        *parents, leaf = key.split(".")
+        node = ds
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = [0.123, 0.456] if leaf == "betas" else 12345
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps(ds))
+    found = world.deepspeed_mismatches({"deepspeed": str(path)}, world_size=2)
+    assert set(found) == set(keys)
+    codes = findings(world.world_batch, {**CONFIG, "deepspeed": str(path)}, TWO_NODES, make_ctx("mi300x_8gpu"))
+    assert {"GLOBAL_BATCH_MISMATCH", "DEEPSPEED_MISMATCH"} <= set(codes)
+    assert "optimizer.params.lr=12345 vs hf learning_rate" in codes["DEEPSPEED_MISMATCH"].message

@@ -1,8 +1,11 @@
-"""Read a LLaMA-Factory config the way ``llamafactory-cli train`` does: a YAML/JSON file with
-``key=value`` overrides, or the plain ``--key value`` list its HfArgumentParser reads."""
+"""Read a LLaMA-Factory config the way ``llamafactory-cli train`` does: its own ``read_args`` reads a
+YAML/JSON file with what follows it (OmegaConf ``key=value`` overrides, no interpolation resolved), and
+the plain ``--key value`` list goes to its HfArgumentParser (``lf/schema.py`` ``flags_to_config``).
+Every input it cannot read becomes one line naming the file (``UsageError``), never a traceback."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -10,46 +13,105 @@ import yaml
 
 from ..errors import UsageError
 
+CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def _read_args(tokens: list[str]) -> Any:
+    """LLaMA-Factory's own ``read_args`` on ``llamafactory-cli train <tokens>`` (its launcher pops
+    ``train``, so ``sys.argv`` is then ``["llamafactory-cli", *tokens]``)."""
+    from ..lf.text_only import text_only_llamafactory
+
+    with text_only_llamafactory():
+        from llamafactory.hparams.parser import read_args
+
+    saved = sys.argv
+    sys.argv = ["llamafactory-cli", *tokens]
+    try:
+        return read_args(None)
+    finally:
+        sys.argv = saved
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
 
 def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
-    """Load ``path`` and merge ``key=value`` overrides with OmegaConf, as LLaMA-Factory's read_args."""
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
+    """``path`` and what follows it on the command line, as LLaMA-Factory's ``read_args`` reads them."""
     path = Path(path)
     if not path.is_file():
         hint = "it is a folder" if path.is_dir() else "no such file"
         raise UsageError(f"cannot read config {path}: {hint}. Try `llamafactory-rocm presets list`.")
-    if path.suffix not in {".yaml", ".yml", ".json"}:
+    if path.suffix not in CONFIG_SUFFIXES:
         raise UsageError(f"config {path} must end in .yaml, .yml or .json, as llamafactory-cli requires.")
-    for item in overrides:
-        if "=" not in item or item.startswith("="):
-            raise UsageError(f"override {item!r} is not key=value (e.g. learning_rate=1e-4).")
+    overrides = list(overrides)
     try:
-        loaded = OmegaConf.load(path)
-    except (yaml.YAMLError, OmegaConfBaseException, UnicodeDecodeError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UsageError(f"cannot parse {path}: {first}. Fix the YAML syntax and retry.") from None
-    if not OmegaConf.is_dict(loaded):
+        data = _read_args([str(path), *overrides])
+    except Exception as exc:  # OmegaConf's and yaml's errors, a list YAML, an unreadable file: one line
+        raise UsageError(_unreadable(path, overrides, exc)) from None
+    if not isinstance(data, dict):  # read_args returns a list only when the file is not a config: not here
         raise UsageError(f"config {path} must be a mapping of LLaMA-Factory keys, not a list.")
-    try:
-        merged = OmegaConf.merge(loaded, OmegaConf.from_cli(list(overrides)))
-        data = OmegaConf.to_container(merged, resolve=True)
-    except (OmegaConfBaseException, ValueError, TypeError, yaml.YAMLError) as exc:  # `a=[1,2`: YAML
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UsageError(f"cannot apply overrides to {path}: {first}.") from None
-    bad_keys = [key for key in data if not isinstance(key, str)]  # type: ignore[union-attr]
+    if not data:
+        raise UsageError(
+            f"config {path} is empty: give LLaMA-Factory's keys (model_name_or_path, stage, dataset, ...). "
+            "Try `llamafactory-rocm presets list`."
+        )
+    _refuse_words_read_as_keys(path, overrides)
+    bad_keys = [key for key in data if not isinstance(key, str)]
     if bad_keys:
         raise UsageError(f"config {path} has a key that is not a name: {bad_keys[0]!r}. Keys are LLaMA-Factory's.")
-    return data  # type: ignore[return-value]
+    return data
 
 
-CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
+def _unreadable(path: Path, overrides: list[str], exc: Exception) -> str:
+    first = _first_line(exc)
+    if path.suffix == ".json" and isinstance(exc, AttributeError):
+        # llamafactory 0.9.5 parser.py read_args: `json.load(Path(sys.argv[1]).absolute())` hands json.load
+        # a path; pinned by tests/test_config_io.py::test_a_json_config_is_refused_while_llamafactory_cannot_read_one
+        return (
+            f"config {path}: this LLaMA-Factory cannot read a .json config ({first}, from its read_args); "
+            "write it as YAML."
+        )
+    try:
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, yaml.YAMLError):
+        return f"cannot parse {path}: {first}. Fix the YAML syntax and retry."
+    if isinstance(loaded, list):
+        return f"config {path} must be a mapping of LLaMA-Factory keys, not a list."
+    if overrides:
+        return f"cannot apply overrides {' '.join(overrides)} to {path}: {first}."
+    return f"cannot read config {path}: {first}."
+
+
+def _refuse_words_read_as_keys(path: Path, overrides: list[str]) -> None:
+    """What follows the file goes to OmegaConf's ``from_cli`` as ``key=value``: ``--lora_rank 8`` becomes
+    the keys ``--lora_rank`` and ``8``, which LLaMA-Factory's parser refuses ("Some keys are not used by the
+    HfArgumentParser"). Said here in one line, with the form it reads."""
+    words = [word for word in overrides if "=" not in word or word.split("=", 1)[0].startswith("-") or word[0] == "="]
+    if not words:
+        return
+    flags = [word for word in words if word.startswith("-")]
+    if flags:
+        key, _, value = flags[0].lstrip("-").partition("=")
+        at = overrides.index(flags[0])
+        if not value and at + 1 < len(overrides) and "=" not in overrides[at + 1]:
+            value = overrides[at + 1]
+        example = f"`{path} {key}={value or '...'}`"
+    else:
+        example = f"`{path} {words[0]}=...`"
+    raised = [word.split("=", 1)[0] for word in words]
+    become = f"{raised[0]!r} becomes a key" if len(raised) == 1 else f"{', '.join(map(repr, raised))} become keys"
+    raise UsageError(
+        f"{path} {' '.join(overrides)}: llamafactory-cli reads what follows a config file as key=value "
+        f"overrides, so {become} and LLaMA-Factory stops with 'Some keys are "
+        f"not used by the HfArgumentParser'. Write {example}, or give only --key value flags."
+    )
 
 
 def load_launch_args(tokens: list[str] | tuple[str, ...]) -> tuple[dict[str, Any], str | None]:
-    """What ``llamafactory-cli train`` takes, as (config, config path or None): ``cfg.yaml [key=value ...]``,
-    ``--key value ...`` (read by LLaMA-Factory's own parser, ``lf_schema``), or a file then flags."""
+    """What ``llamafactory-cli train`` takes, as (config, config path or None): ``cfg.yaml [key=value ...]``
+    (read by LLaMA-Factory's ``read_args``) or ``--key value ...`` (read by its parser, ``lf_schema``)."""
     tokens = list(tokens)
     if not tokens:
         raise UsageError(
@@ -63,14 +125,7 @@ def load_launch_args(tokens: list[str] | tuple[str, ...]) -> tuple[dict[str, Any
                 f"{first!r} is not a config file: llamafactory-cli takes a .yaml/.yml/.json file first, "
                 "or only --key value flags."
             )
-        rest = tokens[1:]
-        flags_at = next((i for i, token in enumerate(rest) if token.startswith("--")), len(rest))
-        config = load_config(first, rest[:flags_at])
-        if flags_at < len(rest):  # `cfg.yaml key=value --key value`: the flags go last, on top
-            from ..lf.schema import load_schema
-
-            config.update(load_schema().flags_to_config(rest[flags_at:]))
-        return config, first
+        return load_config(first, tokens[1:]), first
     if not first.startswith("--"):
         raise UsageError(f"{first!r}: give the config file before key=value overrides (`cfg.yaml {first}`).")
     from ..lf.schema import load_schema

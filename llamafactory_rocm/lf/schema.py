@@ -27,6 +27,17 @@ class ValueProblem:
 
 
 @dataclass(frozen=True)
+class Coercion:
+    """A value of another type than its field's that has one lossless meaning in it (``"5e-5"`` for a
+    float): LLaMA-Factory's ``parse_dict`` would hand it to the trainer unconverted."""
+
+    key: str
+    value: Any
+    new: Any
+    expected: str
+
+
+@dataclass(frozen=True)
 class Schema:
     keys: frozenset[str]
     source: str  # what the keys were read from, for the report
@@ -34,27 +45,33 @@ class Schema:
     templates: frozenset[str] = frozenset()  # LLaMA-Factory's registered chat templates (TEMPLATES)
 
     def value_problems(self, config: Mapping[str, Any]) -> list[ValueProblem]:
-        """Each value the command-line parser would refuse (``--key value``): type, choice or list."""
+        """Each value that has no meaning in its field's type (nor is one of its choices)."""
+        return [found for found in self._judge_values(config) if isinstance(found, ValueProblem)]
+
+    def value_coercions(self, config: Mapping[str, Any]) -> list[Coercion]:
+        """Each value of another type that converts losslessly to its field's: ``"1024"``, ``2.0``."""
+        return [found for found in self._judge_values(config) if isinstance(found, Coercion)]
+
+    def _judge_values(self, config: Mapping[str, Any]) -> list[ValueProblem | Coercion]:
+        """Values as LLaMA-Factory receives them from a YAML file: ``HfArgumentParser.parse_dict`` (parser.py
+        ``_parse_args``) converts nothing, so a quoted number reaches the optimizer as a string. The declared
+        type is the parser's own action type for the field (``int``, ``float``, ``string_to_bool``, choices)."""
         if self.parser is None:
             return []
-        problems = []
+        found: list[ValueProblem | Coercion] = []
         template = config.get("template")
         if self.templates and isinstance(template, str) and template not in self.templates:
             # LLaMA-Factory refuses it only after loading the tokenizer: "Template x does not exist."
             near = difflib.get_close_matches(template, sorted(self.templates), n=3) or ["default", "llama3"]
-            problems.append(
-                ValueProblem("template", template, f"a template LLaMA-Factory has ({', '.join(near)}, ...)")
-            )
+            found.append(ValueProblem("template", template, f"a template LLaMA-Factory has ({', '.join(near)}, ...)"))
         for key, value in config.items():
             action = self.parser._option_string_actions.get(f"--{key}")
             if action is None or value is None:
                 continue
-            values = value if isinstance(value, list) and action.nargs in ("+", "*") else [value]
-            for item in values:
-                if not _converts(action, item):
-                    problems.append(ValueProblem(key, value, _expected(action)))
-                    break
-        return problems
+            verdict = _judge(action, key, value)
+            if verdict is not None:
+                found.append(verdict)
+        return found
 
     def flags_to_config(self, argv: Sequence[str]) -> dict[str, Any]:
         """``--key value`` / ``--key`` / ``--no_key`` as LLaMA-Factory's parser reads them, keeping
@@ -66,6 +83,64 @@ class Schema:
                 "install it (README) or write the keys into a YAML file."
             )
         return _parse_given(self.parser, list(argv))
+
+
+_UNCHANGED = object()
+
+
+def _judge(action: argparse.Action, key: str, value: Any) -> ValueProblem | Coercion | None:
+    """None when the field takes ``value`` as it is; a Coercion when it has one lossless meaning in the
+    field's type; a ValueProblem when it has none."""
+    expected = _expected(action)
+    if isinstance(value, list) and action.nargs in ("+", "*"):
+        bad = any(not _converts(action, item) for item in value)
+        return ValueProblem(key, value, expected) if bad else None
+    kind = action.type
+    if kind is int or kind is float or getattr(kind, "__name__", "") == "string_to_bool":
+        new = _lossless(kind, value)
+        if new is None:
+            return ValueProblem(key, value, expected)
+        return None if new is _UNCHANGED else Coercion(key, value, new, expected)
+    return None if _converts(action, value) else ValueProblem(key, value, expected)
+
+
+def _lossless(kind: Any, value: Any) -> Any:
+    """``value`` in the field's type: _UNCHANGED when the trainer takes it as it is, None when it has no
+    single meaning there."""
+    if kind is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return _UNCHANGED  # an int is a float to Python's arithmetic
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                return None
+        return None
+    if kind is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return _UNCHANGED
+        if isinstance(value, str):
+            try:
+                return int(value)
+            except ValueError:
+                try:
+                    value = float(value)
+                except ValueError:
+                    return None
+        if isinstance(value, float) and value.is_integer():
+            return int(value)  # `max_steps: 2.0` fails in the trainer (range() of a float)
+        return None
+    # a bool field (transformers' string_to_bool): the trainer tests it for truth, so any string is true
+    if isinstance(value, bool) or (isinstance(value, int) and value in (0, 1)):
+        return _UNCHANGED
+    if isinstance(value, str):
+        try:
+            meant = kind(value)
+        except (TypeError, ValueError, argparse.ArgumentTypeError):
+            return None
+        # "true" is true to the trainer as it is; "false" would be too: that one is rewritten
+        return _UNCHANGED if meant else False
+    return None
 
 
 def _converts(action: argparse.Action, value: Any) -> bool:
@@ -190,3 +265,24 @@ def load_schema() -> Schema:
     from .keys import installed_llamafactory_version
 
     return Schema(keys, f"llamafactory {installed_llamafactory_version()}", hf_parser, frozenset(TEMPLATES))
+
+
+@lru_cache(maxsize=1)
+def field_defaults() -> dict[str, Any]:
+    """Each train key's default, from the fields of LLaMA-Factory's argument dataclasses (``_TRAIN_ARGS``:
+    its own and transformers' ``TrainingArguments``) as ``get_train_args`` builds them."""
+    import dataclasses
+
+    from .text_only import text_only_llamafactory
+
+    with text_only_llamafactory():
+        from llamafactory.hparams import parser as lf_parser
+
+    defaults: dict[str, Any] = {}
+    for cls in lf_parser._TRAIN_ARGS:
+        for field in dataclasses.fields(cls):
+            if field.default is not dataclasses.MISSING:
+                defaults.setdefault(field.name, field.default)
+            elif field.default_factory is not dataclasses.MISSING:
+                defaults.setdefault(field.name, field.default_factory())
+    return defaults

@@ -6,18 +6,41 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from packaging.version import InvalidVersion, Version
+
 from ..findings import Finding, Level
 from .base import Context, Step, truthy, unchanged
 
 
+def version(text: str) -> Version:
+    """A release number as packaging reads it. HIP's own strings (``6.4.43482-0f2d60242``) are not PEP 440:
+    their leading dotted number is the release."""
+    try:
+        return Version(text)
+    except InvalidVersion:
+        leading = re.match(r"\d+(?:\.\d+)*", text.strip())
+        return Version(leading.group(0) if leading else "0")
+
+
 def version_tuple(text: str) -> tuple[int, ...]:
-    """``2.8.0.post2+rocm`` -> (2, 8, 0): enough to compare release numbers."""
-    return tuple(int(part) for part in re.findall(r"\d+", text.split("+")[0])[:3])
+    """``2.8.0.post2+rocm`` -> (2, 8, 0): the release part of ``version(text)`` (packaging's), for callers
+    that compare with a tuple."""
+    return version(text).release[:3]
+
+
+def tf32_available_here(ctx: Context) -> bool:
+    """Whether transformers accepts ``tf32: true``: on this machine its own ``is_torch_tf32_available``
+    (``TrainingArguments.__post_init__`` raises without it); for a planned or recorded machine, the
+    recorded fact that it needs a CUDA build of torch (docs/rocm-facts.md#f6)."""
+    if not ctx.planned:
+        from transformers.utils import is_torch_tf32_available
+
+        return is_torch_tf32_available()
+    return ctx.snapshot.torch.kind == "cuda"
 
 
 def drop_tf32(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
-    # transformers refuses tf32 whenever torch.version.cuda is None (F6): ROCm and CPU builds alike.
-    if "tf32" not in config or not truthy(config["tf32"]) or ctx.snapshot.torch.kind == "cuda":
+    if "tf32" not in config or not truthy(config["tf32"]) or tf32_available_here(ctx):
         return unchanged(config, env)
     new = {k: v for k, v in config.items() if k != "tf32"}
     return Step(
@@ -30,7 +53,9 @@ def drop_tf32(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -
                 key="tf32",
                 old=config["tf32"],
                 message="tf32: true raises 'ValueError: --tf32 requires Ampere or a newer GPU arch' on "
-                f"a {ctx.snapshot.torch.kind.upper()} build of torch; tf32 is an NVIDIA mode.",
+                f"a {ctx.snapshot.torch.kind.upper()} build of torch"
+                + ("" if ctx.snapshot.torch.kind != "cuda" else " without an Ampere or newer GPU")
+                + "; tf32 is an NVIDIA mode.",
                 fix="Removed tf32; bf16 is the fast path here.",
             )
         ],
@@ -43,8 +68,8 @@ def flash_attn_gap(ctx: Context, env: Mapping[str, str]) -> str | None:
     A planned machine's packages are unknown (key absent): judged by the arch alone.
     """
     packages = ctx.snapshot.packages
-    version = packages.get("flash_attn")
-    if "flash_attn" in packages and not version:
+    installed = packages.get("flash_attn")
+    if "flash_attn" in packages and not installed:
         return "flash-attn is not installed"
     triton = env.get("FLASH_ATTENTION_TRITON_AMD_ENABLE", "").upper() == "TRUE"
     for arch, info in ctx.arch_infos():
@@ -57,8 +82,8 @@ def flash_attn_gap(ctx: Context, env: Mapping[str, str]) -> str | None:
             return f"flash-attn's CK backend has no {arch} kernels in a release (Triton backend: " + (
                 "set FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE)" if fa.triton_backend else "none either)"
             )
-        if version and version_tuple(version) < version_tuple(fa.ck_min_version):
-            return f"flash-attn {version} has no CK kernels for {arch} (from {fa.ck_min_version})"
+        if installed and version(installed) < version(fa.ck_min_version):
+            return f"flash-attn {installed} has no CK kernels for {arch} (from {fa.ck_min_version})"
     return None
 
 
@@ -165,7 +190,7 @@ def bitsandbytes_for_qlora(config: Mapping[str, Any], env: Mapping[str, str], ct
                     fix=f"pip install 'bitsandbytes>={needed}' there; check runs this again on that machine.",
                 )
             )
-        elif not installed or version_tuple(installed) < version_tuple(needed):
+        elif not installed or version(installed) < version(needed):
             have = f"bitsandbytes {installed}" if installed else "bitsandbytes is not installed"
             findings.append(
                 Finding(

@@ -5,6 +5,10 @@ torch >= 2.7, hipBLASLt skips the fp16 backward workaround (pytorch/pytorch#1829
 7900 XTX (jax-ml/jax#21187). ``torch.cuda.is_bf16_supported()`` is True on every ROCm build, so the
 decision comes from the catalogue, not from torch (docs/rocm-facts.md#f4, docs/rocm-facts.md#f5).
 On CPU, fp16 is a silent no-op and bf16 needs ``use_cpu: true`` (docs/rocm-facts.md#l4, docs/rocm-facts.md#l5).
+
+fp16 and bf16 both true is refused on every machine (``PRECISION_CONFLICT``): transformers'
+``TrainingArguments.__post_init__`` raises "At most one of fp16 and bf16 can be True, but not both".
+No rewrite here resolves the pair, so nothing hides it.
 """
 
 from __future__ import annotations
@@ -43,8 +47,13 @@ def fp16_risk(archs: list[str]) -> str:
     return "overflows to NaN where the loss scale cannot keep up"
 
 
+def both_half_precisions(config: Mapping[str, Any]) -> bool:
+    """fp16 and bf16 both on: refused as it stands (``one_half_precision``), never rewritten."""
+    return truthy(config.get("fp16", False)) and truthy(config.get("bf16", False))
+
+
 def prefer_bf16(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
-    if not truthy(config.get("fp16", False)):
+    if not truthy(config.get("fp16", False)) or both_half_precisions(config):
         return unchanged(config, env)
     if ctx.cpu_only:
         new = {**config, "fp16": False, "bf16": True, "use_cpu": True}
@@ -101,6 +110,8 @@ def prefer_bf16(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context)
 
 def bf16_on_cpu_needs_use_cpu(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     if not (ctx.cpu_only and truthy(config.get("bf16", False)) and not truthy(config.get("use_cpu", False))):
+        return unchanged(config, env)
+    if both_half_precisions(config):
         return unchanged(config, env)
     return Step(
         {**config, "use_cpu": True},
@@ -161,12 +172,15 @@ def pure_bf16_only_where_real(config: Mapping[str, Any], env: Mapping[str, str],
 
 
 def one_half_precision(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
-    """fp16 and bf16 both on: transformers refuses ("At most one of fp16 and bf16"); say which to keep."""
-    if not (truthy(config.get("fp16", False)) and truthy(config.get("bf16", False))):
+    """fp16 and bf16 both on: transformers refuses it on every machine; say which to keep."""
+    if not both_half_precisions(config):
         return unchanged(config, env)
-    verdict, why = _bf16_verdict(ctx) if ctx.rocm else ("real", "")
-    keep, drop = ("bf16", "fp16") if verdict in {"real", "slow"} else ("fp16", "bf16")
-    reason = why or f"{keep} is the one this machine runs well"
+    if ctx.cpu_only:
+        keep, drop, reason = "bf16", "fp16", "fp16 does nothing on a CPU; bf16 with use_cpu: true runs"
+    else:
+        verdict, why = _bf16_verdict(ctx) if ctx.rocm else ("real", "")
+        keep, drop = ("bf16", "fp16") if verdict in {"real", "slow"} else ("fp16", "bf16")
+        reason = why or f"{keep} is the one this machine runs well"
     return unchanged(
         config,
         env,
@@ -174,7 +188,9 @@ def one_half_precision(config: Mapping[str, Any], env: Mapping[str, str], ctx: C
             code="PRECISION_CONFLICT",
             level=Level.ERROR,
             key=drop,
-            message="fp16 and bf16 are both true; transformers refuses that ('At most one of fp16 and bf16').",
+            old={"fp16": config.get("fp16"), "bf16": config.get("bf16")},
+            message="fp16 and bf16 are both true; transformers refuses that on every machine "
+            "('At most one of fp16 and bf16 can be True, but not both').",
             fix=f"Remove {drop}: true and keep {keep}: true ({reason}).",
         ),
     )

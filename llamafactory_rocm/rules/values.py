@@ -1,8 +1,13 @@
-"""Values LLaMA-Factory's parser cannot convert: one finding per key, naming what it expects.
+"""Values as LLaMA-Factory receives them: rewritten where they have one meaning, refused where none.
 
-A YAML config reaches LLaMA-Factory through ``parse_dict``, which converts nothing: ``max_steps: abc``
-or ``bf16: maybe`` pass the parser and fail later, deep in training, with a traceback. Each value is
-checked as the parser converts it from the command line (``--max_steps abc``), by its own actions.
+A YAML config reaches LLaMA-Factory through ``HfArgumentParser.parse_dict`` (llamafactory 0.9.5
+``hparams/parser.py`` ``_parse_args``), which converts nothing: ``learning_rate: "5e-5"`` reaches the
+optimizer as a string (``TypeError``), ``max_steps: 2.0`` reaches ``range()`` as a float, and
+``bf16: "false"`` is a true string. A value of another type than its field's (the parser's own action
+type, ``lf/schema.py``) that has one lossless meaning in it is rewritten to it (``VALUE_COERCED``, a
+change, so the run trains as written); a value that has none is refused, naming the key
+(``VALUE_INVALID``). A value the trainer takes as it is (``1`` for a float, ``"true"`` for a bool) is
+left alone.
 """
 
 from __future__ import annotations
@@ -17,7 +22,28 @@ from .base import Context, Step, unchanged
 def refuse_unconvertible_values(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     if ctx.schema is None:
         return unchanged(config, env)
-    findings = [
+    new = dict(config)
+    findings = []
+    for coercion in ctx.schema.value_coercions(config):
+        new[coercion.key] = coercion.new
+        findings.append(
+            Finding(
+                code="VALUE_COERCED",
+                level=Level.CHANGE,
+                key=coercion.key,
+                old=coercion.value,
+                new=coercion.new,
+                message=f"{coercion.key}: {coercion.value!r} is a {type(coercion.value).__name__} and LLaMA-Factory "
+                "hands YAML values to the trainer unconverted: "
+                + (
+                    "a non-empty string is true, so the run would have it switched on."
+                    if coercion.new is False
+                    else f"the run would compute with the {type(coercion.value).__name__} and fail."
+                ),
+                fix=f"Rewrote it to {coercion.new!r}, {coercion.expected}; write it unquoted in the config.",
+            )
+        )
+    findings += [
         Finding(
             code="VALUE_INVALID",
             level=Level.ERROR,
@@ -28,4 +54,4 @@ def refuse_unconvertible_values(config: Mapping[str, Any], env: Mapping[str, str
         )
         for problem in ctx.schema.value_problems(config)
     ]
-    return unchanged(config, env, *findings)
+    return Step(new, dict(env), findings)

@@ -202,36 +202,97 @@ def world_batch(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context)
     return unchanged(config, env, *findings)
 
 
+# The batch keys of transformers' fill_match list; a mismatch among the rest is DEEPSPEED_MISMATCH.
+_BATCH_KEYS = ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size")
+
+
+def deepspeed_mismatches(config: Mapping[str, Any], world_size: int) -> dict[str, tuple[Any, str]] | None:
+    """transformers' own list of DeepSpeed-JSON values that do not match the training arguments
+    (``HfTrainerDeepSpeedConfig.trainer_config_process``, run on the JSON with the config's values and
+    this world size): {DeepSpeed key: (its value, transformers' line)}; None when it cannot run."""
+    ds = deepspeed_json(config)
+    if ds is None:
+        return None
+    try:
+        probe = _trainer_deepspeed_config(ds)
+        probe.trainer_config_process(_training_values(config, world_size))
+    except Exception:  # a value the parser refuses (VALUE_INVALID says so), or no accelerate
+        return None
+    found = {}
+    for line in probe.mismatches:  # "- ds {ds_key_long}={ds_val} vs hf {hf_key}={hf_val}" (fill_match)
+        key = line.removeprefix("- ds ").split("=", 1)[0]
+        found[key] = (probe.get_value(key), line.removeprefix("- "))
+    return found
+
+
+def _trainer_deepspeed_config(ds: dict[str, Any]) -> Any:
+    """transformers' HfTrainerDeepSpeedConfig over accelerate's HfDeepSpeedConfig (which holds the dict and
+    its key lookups), without its __init__'s global registration and DeepSpeed import: DeepSpeed need not
+    be installed to run the comparison."""
+    from accelerate.utils.deepspeed import HfDeepSpeedConfig
+    from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
+
+    class _Probe(HfTrainerDeepSpeedConfig, HfDeepSpeedConfig):
+        def __init__(self, config: dict[str, Any]) -> None:
+            HfDeepSpeedConfig.__init__(self, config)  # a deep copy, as transformers makes
+            self._dtype = None
+            self.mismatches = []
+
+    return _Probe(ds)
+
+
+def _training_values(config: Mapping[str, Any], world_size: int) -> Any:
+    """What trainer_config_process reads of TrainingArguments: the config's values over the dataclass
+    defaults (LLaMA-Factory's TrainingArguments fields), and the world size."""
+    from types import SimpleNamespace
+
+    from ..lf.schema import field_defaults
+
+    values = {**field_defaults(), **{k: v for k, v in config.items() if v is not None}}
+    return SimpleNamespace(**values, world_size=world_size)
+
+
 def _deepspeed_batch(
     config: Mapping[str, Any], per_device: int, accumulation: int, world: World, arithmetic: str
 ) -> list[Finding]:
-    """DeepSpeed JSON numbers that are not "auto" must equal the config's (transformers and DeepSpeed
-    both refuse the run otherwise, after the model is loaded: docs/rocm-facts.md#w1)."""
-    ds = deepspeed_json(config)
-    if ds is None:
+    """DeepSpeed JSON values that are not "auto" must equal the config's: transformers lists each one
+    that does not and stops (``trainer_config_finalize``), after the model is loaded (docs/rocm-facts.md#w1)."""
+    mismatches = deepspeed_mismatches(config, world.size)
+    if not mismatches:
         return []
-    expected = {
-        "train_micro_batch_size_per_gpu": per_device,
-        "gradient_accumulation_steps": accumulation,
-        "train_batch_size": per_device * accumulation * world.size,
-    }
-    wrong = {k: ds[k] for k, v in expected.items() if isinstance(ds.get(k), int) and ds[k] != v}
-    if not wrong:
-        return []
-    said = ", ".join(f"{k} {v} (the config makes {expected[k]})" for k, v in wrong.items())
-    return [
-        Finding(
-            code="GLOBAL_BATCH_MISMATCH",
-            level=Level.ERROR,
-            key="deepspeed",
-            old=wrong,
-            new={k: expected[k] for k in wrong},
-            message=f"The DeepSpeed JSON {Path(str(config['deepspeed'])).name} pins {said}; the global batch is "
-            f"{arithmetic}. transformers stops with 'DeepSpeed config values that mismatch TrainingArguments'.",
-            fix='Set these keys to "auto" in the DeepSpeed JSON (transformers fills them in), or change the '
-            "config so the product matches.",
+    name = Path(str(config["deepspeed"])).name
+    made = dict(zip(_BATCH_KEYS, (per_device, accumulation, per_device * accumulation * world.size), strict=True))
+    batch = {key: found for key, found in mismatches.items() if key in made}
+    other = {key: found for key, found in mismatches.items() if key not in made}
+    fix = 'Set these keys to "auto" in the DeepSpeed JSON (transformers fills them in), or change the config.'
+    stops = "transformers stops with 'DeepSpeed config values that mismatch TrainingArguments' after loading the model."
+    findings = []
+    if batch:
+        findings.append(
+            Finding(
+                code="GLOBAL_BATCH_MISMATCH",
+                level=Level.ERROR,
+                key="deepspeed",
+                old={key: value for key, (value, _) in batch.items()},
+                new={key: made[key] for key in batch},
+                message=f"The DeepSpeed JSON {name} pins batch numbers the run does not make "
+                f"({'; '.join(line for _, line in batch.values())}); the global batch is {arithmetic}. {stops}",
+                fix=fix,
+            )
         )
-    ]
+    if other:
+        findings.append(
+            Finding(
+                code="DEEPSPEED_MISMATCH",
+                level=Level.ERROR,
+                key="deepspeed",
+                old={key: value for key, (value, _) in other.items()},
+                message=f"The DeepSpeed JSON {name} pins values the config sets otherwise "
+                f"({'; '.join(line for _, line in other.values())}). {stops}",
+                fix=fix,
+            )
+        )
+    return findings
 
 
 def network(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
