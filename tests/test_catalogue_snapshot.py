@@ -6,7 +6,7 @@ import pytest
 
 from llamafactory_rocm.machine.catalogue import base_arch, load_catalogue, normalise_alias
 from llamafactory_rocm.machine.probe import probe_kfd, take_snapshot
-from llamafactory_rocm.machine.snapshot import Snapshot, gfx_target_from_version
+from llamafactory_rocm.machine.snapshot import SNAPSHOT_SCHEMA_VERSION, Snapshot, gfx_target_from_version
 from tests.conftest import ALL_SNAPSHOTS, load_snapshot
 from tests.conftest import SNAPSHOTS as SNAPSHOTS_DIR
 
@@ -96,7 +96,7 @@ def test_a_snapshot_saved_with_the_whole_kernel_command_line_still_loads_reduced
     path = tmp_path / "old.json"
     path.write_text(json.dumps(old))
     snap = Snapshot.load(path)
-    assert snap.iommu_pt is True and snap.schema_version == 2
+    assert snap.iommu_pt is True and snap.schema_version == SNAPSHOT_SCHEMA_VERSION
     assert snap.access.user_groups == ["render", "video"]
     saved = snap.model_dump_json()
     assert "kernel_cmdline" not in saved and "UUID" not in saved and "alice" not in saved

@@ -146,3 +146,64 @@ def test_the_probe_keeps_only_whether_iommu_pt_is_set(tmp_path):
     line.write_text("BOOT_IMAGE=/vmlinuz-6.8.0 root=UUID=1b2c3d4e ro quiet iommu=ptx\n")
     assert read_iommu_pt(line) is False
     assert read_iommu_pt(tmp_path / "absent") is None
+
+
+def lines_by_topic(name: str) -> dict[str, list]:
+    found: dict[str, list] = {}
+    for ln in diagnose(load_snapshot(name)):
+        found.setdefault(ln.topic, []).append(ln)
+    return found
+
+
+def test_igpu_beside_the_card_is_one_fail_with_the_exact_variable_and_nothing_about_the_igpu_else():
+    lines = diagnose(load_snapshot("rx7900xtx_with_igpu"))
+    assert [ln.code for ln in lines if ln.status == FAIL] == ["IGPU_VISIBLE"]
+    (igpu,) = [ln for ln in lines if ln.code == "IGPU_VISIBLE"]
+    assert igpu.topic == "integrated GPU" and "export HIP_VISIBLE_DEVICES=1" in igpu.fix
+    assert not any("gfx1036" in ln.detail for ln in lines if ln.code not in (None, "IGPU_VISIBLE"))
+    gpu0 = lines_by_topic("rx7900xtx_with_igpu")["gpu 0"][0]
+    assert "left out of the plan" in gpu0.detail
+    assert "NCCL_MIN_NCHANNELS" not in {ln.topic for ln in lines}  # one card: no multi-GPU lines
+
+
+def test_wsl2_does_not_fail_on_dev_kfd_and_says_what_applies():
+    topics = lines_by_topic("wsl2_rx7900xtx")
+    assert not has_fail(diagnose(load_snapshot("wsl2_rx7900xtx")))
+    (kfd,) = topics["/dev/kfd"]
+    assert kfd.status == PASS and "/dev/dxg" in kfd.detail
+    (dxg,) = topics["/dev/dxg"]
+    assert dxg.code == "WSL2_DXG" and "HSA_ENABLE_DXG_DETECTION=1" in dxg.fix
+
+
+def test_disagreeing_visibility_variables_have_their_topic():
+    (line,) = lines_by_topic("rx7900xtx_visibility_conflict")["visible devices"]
+    assert line.status == WARN and line.code == "VISIBLE_DEVICES_CONFLICT"
+    assert "ROCR_VISIBLE_DEVICES=1" in line.fix
+
+
+def test_hip_vs_system_rocm_and_the_jit_toolchain():
+    topics = lines_by_topic("rx7900xtx_rocm_mismatch")
+    assert [ln.code for ln in topics["system ROCm"] if ln.code] == ["ROCM_VERSION_MISMATCH"]
+    assert any(ln.status == PASS and "7.1.0-38" in ln.detail for ln in topics["system ROCm"])
+    (tools,) = topics["JIT toolchain"]
+    assert tools.status == PASS and "ninja, hipcc and ROCM_HOME found" in tools.detail
+
+
+def test_jit_toolchain_missing_warns_where_deepspeed_is_installed():
+    snap = load_snapshot("rx7900xtx_rocm_mismatch")
+    snap = snap.model_copy(update={"host": snap.host.model_copy(update={"ninja": False})})
+    (tools,) = [ln for ln in diagnose(snap) if ln.topic == "JIT toolchain"]
+    assert tools.status == WARN and "ninja missing" in tools.detail and "pip install ninja" in tools.fix
+
+
+def test_strix_halo_shows_unified_memory_and_the_page_fault_topic():
+    topics = lines_by_topic("strixhalo")
+    assert "carve-out 0.5 GiB + GTT 128.0 GiB" in topics["gpu 0"][0].detail
+    assert topics["unified memory"][0].status == PASS
+    (faults,) = topics["page faults"]
+    assert faults.status == WARN and "PYTORCH_NO_HIP_MEMORY_CACHING=1" in faults.fix
+
+
+def test_an_override_on_a_natively_supported_card_is_a_warning_topic():
+    (line,) = lines_by_topic("rx7800xt_override")["HSA_OVERRIDE_GFX_VERSION"]
+    assert line.status == WARN and line.code == "HSA_OVERRIDE_NOT_NEEDED"

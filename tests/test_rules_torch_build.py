@@ -54,11 +54,31 @@ def test_override_target_parses_hsa_versions():
     assert override_target("eleven") is None
 
 
-def test_override_within_the_family_is_accepted_and_explained():
+def test_override_within_the_family_is_accepted_and_explained_where_torch_lacks_the_arch():
     ctx = make_ctx("rx7800xt_override")
+    trimmed = ctx.snapshot.model_copy(deep=True)
+    trimmed.torch.arch_list = ["gfx90a", "gfx942", "gfx1100"]
+    ctx = type(ctx)(snapshot=trimmed, catalogue=ctx.catalogue, known_keys=ctx.known_keys)
     step = torch_build.check_hsa_override({}, ctx.snapshot.env, ctx)
     assert codes(step) == ["HSA_OVERRIDE_ACTIVE"]
     assert step.findings[0].level is Level.INFO
+
+
+def test_override_on_a_card_torch_supports_natively_is_a_warning():
+    """The official wheel has gfx1101 kernels: 11.0.0 on an RX 7800 XT is not needed and can fault (N12)."""
+    ctx = make_ctx("rx7800xt_override")
+    step = torch_build.check_hsa_override({}, ctx.snapshot.env, ctx)
+    assert codes(step) == ["HSA_OVERRIDE_NOT_NEEDED"]
+    finding = step.findings[0]
+    assert finding.level is Level.WARNING and "fault" in finding.message
+    assert finding.fix.startswith("unset HSA_OVERRIDE_GFX_VERSION")
+    # RDNA4 with an RDNA3 override crosses families: refused, as before
+    step = torch_build.check_hsa_override({}, {"HSA_OVERRIDE_GFX_VERSION": "11.0.0"}, make_ctx("r9700"))
+    assert codes(step) == ["HSA_OVERRIDE_CROSS_FAMILY"]
+    # an override naming the card itself changes nothing: no finding
+    assert (
+        codes(torch_build.check_hsa_override({}, {"HSA_OVERRIDE_GFX_VERSION": "11.0.0"}, make_ctx("rx7900xtx"))) == []
+    )
 
 
 def test_override_across_families_is_refused():

@@ -23,6 +23,22 @@ RCCL_VARS = {  # docs/rocm-facts.md#f10 (ROCm workload.rst, MI300X guidance)
     "HIP_FORCE_DEV_KERNARG": "1",
 }
 _LEVEL_TO_STATUS = {Level.ERROR: FAIL, Level.WARNING: WARN, Level.CHANGE: WARN, Level.INFO: PASS}
+# The topic a machine-level finding is shown under (others: "check").
+TOPICS = {
+    "IGPU_VISIBLE": "integrated GPU",
+    "VISIBLE_DEVICES_CONFLICT": "visible devices",
+    "HSA_OVERRIDE_NOT_NEEDED": "HSA_OVERRIDE_GFX_VERSION",
+    "HSA_OVERRIDE_CROSS_FAMILY": "HSA_OVERRIDE_GFX_VERSION",
+    "HSA_OVERRIDE_ACTIVE": "HSA_OVERRIDE_GFX_VERSION",
+    "HSA_OVERRIDE_MALFORMED": "HSA_OVERRIDE_GFX_VERSION",
+    "ROCM_VERSION_MISMATCH": "system ROCm",
+    "JIT_TOOLCHAIN_MISSING": "JIT toolchain",
+    "WSL2_DXG": "/dev/dxg",
+    "HIP_PAGE_FAULT_RISK": "page faults",
+    "RADEON_P2P_HANG": "NCCL_P2P_DISABLE",
+    "RDNA3_DDP_KNOWN_ISSUE": "NCCL_P2P_DISABLE",
+    "APU_HOST_MEMORY_LOW": "unified memory",
+}
 
 
 @dataclass(frozen=True)
@@ -39,7 +55,7 @@ class Line:
 
 def _from_finding(topic: str, finding: Finding) -> Line:
     fix = f"{finding.fix} {explain_hint(finding.code)}"
-    return Line(_LEVEL_TO_STATUS[finding.level], topic, finding.message, fix, finding.code)
+    return Line(_LEVEL_TO_STATUS[finding.level], TOPICS.get(finding.code, topic), finding.message, fix, finding.code)
 
 
 def torch_lines(snap: Snapshot) -> list[Line]:
@@ -62,8 +78,19 @@ def torch_lines(snap: Snapshot) -> list[Line]:
 
 def device_lines(snap: Snapshot) -> list[Line]:
     lines = []
+    aside = snap.training_view().set_aside
     for d in snap.devices:
-        lines.append(Line(PASS, f"gpu {d.index}", f"{d.name}, {d.arch_name}, {d.total_memory_gib:.1f} GiB"))
+        detail = f"{d.name}, {d.arch_name}, {d.total_memory_gib:.1f} GiB"
+        if d.is_integrated and d.unified_budget_bytes is not None:
+            detail += (
+                f" (integrated: carve-out {d.vram_sysfs_bytes / 2**30:.1f} GiB + GTT "
+                f"{d.gtt_sysfs_bytes / 2**30:.1f} GiB of system RAM)"
+            )
+        elif d.is_integrated:
+            detail += " (integrated: its memory is system RAM)"
+        if d in aside:
+            detail += "; an iGPU beside a discrete card: left out of the plan"
+        lines.append(Line(PASS, f"gpu {d.index}", detail))
     if snap.is_rocm:
         lines.append(Line(PASS, "torch archs", ", ".join(snap.torch.base_arch_list) or "-"))
     if snap.kfd_targets:
@@ -76,6 +103,9 @@ def access_lines(snap: Snapshot) -> list[Line]:
         return []
     a = snap.access
     fix = "sudo usermod -aG render,video $USER and log in again; in docker: --device /dev/kfd --device /dev/dri"
+    if not a.kfd_exists and a.dxg_exists:
+        # WSL2 (docs/rocm-facts.md#n14): /dev/dxg replaces /dev/kfd; the rules' WSL2_DXG line says the rest.
+        return [Line(PASS, "/dev/kfd", "absent, as under WSL2: the GPU is reached through /dev/dxg")]
     if not a.kfd_exists:
         return [Line(FAIL, "/dev/kfd", "missing: the amdgpu kernel driver is not loaded", "Install/load amdgpu-dkms.")]
     if not (a.kfd_accessible and a.render_nodes_accessible):
@@ -127,8 +157,43 @@ def package_lines(snap: Snapshot, ctx: Context) -> list[Line]:
     return lines
 
 
+def host_lines(snap: Snapshot) -> list[Line]:
+    """System ROCm beside torch's HIP, the JIT toolchain and the RAM an APU shares (docs/rocm-facts.md#n13, #n9)."""
+    if not snap.is_rocm:
+        return []
+    host = snap.host
+    lines = []
+    if host.system_rocm:
+        lines.append(
+            Line(PASS, "system ROCm", f"{host.system_rocm} (/opt/rocm/.info/version); torch HIP {snap.torch.hip}")
+        )
+    tools = {"ninja": host.ninja, "hipcc": host.hipcc, "ROCM_HOME": host.rocm_home}
+    if any(v is not None for v in tools.values()):
+        missing = [name for name, have in tools.items() if have is False]
+        needs = bool(snap.packages.get("deepspeed"))
+        detail = f"{', '.join(missing)} missing" if missing else "ninja, hipcc and ROCM_HOME found"
+        detail += ": DeepSpeed's JIT-built ops (CPUAdam, FusedAdam) need all three" if missing else ""
+        fix = "pip install ninja; install ROCm's hipcc; export ROCM_HOME=/opt/rocm" if missing and needs else ""
+        lines.append(Line(WARN if missing and needs else PASS, "JIT toolchain", detail, fix))
+    if host.memory_total_bytes and any(d.is_integrated for d in snap.devices):
+        avail = host.memory_available_bytes
+        more = f", {avail / 2**30:.1f} GiB available" if avail else ""
+        ram = f"RAM {host.memory_total_bytes / 2**30:.1f} GiB{more}"
+        lines.append(Line(PASS, "unified memory", f"{ram}: what the APU's GPU uses is taken from it"))
+    return lines
+
+
 def env_lines(snap: Snapshot) -> list[Line]:
-    shown = ("PYTORCH_ROCM_ARCH", "HSA_OVERRIDE_GFX_VERSION", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+    shown = (
+        "PYTORCH_ROCM_ARCH",
+        "HSA_OVERRIDE_GFX_VERSION",
+        "HIP_VISIBLE_DEVICES",
+        "ROCR_VISIBLE_DEVICES",
+        "CUDA_VISIBLE_DEVICES",
+        "PYTORCH_NO_HIP_MEMORY_CACHING",
+        "NCCL_P2P_DISABLE",
+        "HSA_ENABLE_DXG_DETECTION",
+    )
     values = ", ".join(f"{k}={snap.env[k]}" for k in shown if k in snap.env)
     return [Line(PASS, "environment", values or f"{', '.join(shown[:2])} unset")]
 
@@ -149,7 +214,15 @@ def rccl_lines(snap: Snapshot) -> list[Line]:
 
 
 def diagnose(snap: Snapshot) -> list[Line]:
-    ctx = Context(snapshot=snap, catalogue=load_catalogue(), known_keys=train_keys())
+    # The rules see the machine a run plans on: an iGPU beside a discrete card is set aside (one
+    # IGPU_VISIBLE line says how to hide it), as check does.
+    view = snap.training_view()
+    ctx = Context(
+        snapshot=view,
+        catalogue=load_catalogue(),
+        known_keys=train_keys(),
+        integrated_devices=tuple(view.set_aside),
+    )
     machine = resolve({}, snap.env, ctx)
     rule_lines = [_from_finding("check", f) for f in machine.findings]
     return (
@@ -158,8 +231,9 @@ def diagnose(snap: Snapshot) -> list[Line]:
         + env_lines(snap)
         + rule_lines
         + access_lines(snap)
+        + host_lines(snap)
         + package_lines(snap, ctx)
-        + rccl_lines(snap)
+        + rccl_lines(view)
     )
 
 

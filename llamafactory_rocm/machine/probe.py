@@ -5,13 +5,29 @@ from __future__ import annotations
 import grp
 import os
 import platform
+import re
+import shutil
 from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
 
-from .snapshot import GPU_GROUPS, RELEVANT_ENV_VARS, Device, DeviceAccess, KfdNode, Snapshot, TorchBuild, iommu_pt_in
+from .snapshot import (
+    GPU_GROUPS,
+    RELEVANT_ENV_VARS,
+    Device,
+    DeviceAccess,
+    Host,
+    KfdNode,
+    Snapshot,
+    TorchBuild,
+    iommu_pt_in,
+)
 
 KFD_NODES = Path("/sys/class/kfd/kfd/topology/nodes")
+DRM_CARDS = Path("/sys/class/drm")
+ROCM_INFO = Path("/opt/rocm/.info")
+_PCI_ADDRESS = re.compile(r"^([0-9a-f]{4,}):([0-9a-f]{2}):([0-9a-f]{2})\.[0-7]$")
+PciKey = tuple[int, int, int]  # (domain, bus, device)
 PACKAGES = ("flash_attn", "bitsandbytes", "deepspeed", "llamafactory", "transformers", "peft", "torchaudio")
 
 
@@ -21,6 +37,12 @@ def relevant_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 def probe_torch() -> tuple[TorchBuild, list[Device]]:
+    build, found = _probe_torch()
+    return build, [device for device, _ in found]
+
+
+def _probe_torch() -> tuple[TorchBuild, list[tuple[Device, PciKey | None]]]:
+    """The build and each device with its PCI address (to find its DRM card; not kept in the snapshot)."""
     try:
         import torch
     except ImportError:
@@ -30,7 +52,7 @@ def probe_torch() -> tuple[TorchBuild, list[Device]]:
         hip=getattr(torch.version, "hip", None),
         cuda=getattr(torch.version, "cuda", None),
     )
-    devices: list[Device] = []
+    devices: list[tuple[Device, PciKey | None]] = []
     try:
         available = torch.cuda.is_available()
     except Exception:  # a broken driver must not stop the report
@@ -40,8 +62,121 @@ def probe_torch() -> tuple[TorchBuild, list[Device]]:
         for index in range(torch.cuda.device_count()):
             props = torch.cuda.get_device_properties(index)
             arch = getattr(props, "gcnArchName", "") or f"sm_{props.major}{props.minor}"
-            devices.append(Device(index=index, name=props.name, arch_name=arch, total_memory_bytes=props.total_memory))
+            integrated = getattr(props, "is_integrated", None)  # docs/rocm-facts.md#n10
+            try:
+                free: int | None = int(torch.cuda.mem_get_info(index)[0])
+            except Exception:  # an old torch or a device that refuses the query: unknown, not fatal
+                free = None
+            device = Device(
+                index=index,
+                name=props.name,
+                arch_name=arch,
+                total_memory_bytes=props.total_memory,
+                is_integrated=None if integrated is None else bool(integrated),
+                free_memory_bytes=free,
+            )
+            pci = tuple(getattr(props, name, None) for name in ("pci_domain_id", "pci_bus_id", "pci_device_id"))
+            devices.append((device, pci if all(isinstance(v, int) for v in pci) else None))  # type: ignore[misc]
     return build, devices
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def probe_drm(root: Path = DRM_CARDS) -> dict[PciKey | None, tuple[int | None, int | None]]:
+    """amdgpu's memory per DRM card, by PCI address: (mem_info_vram_total, mem_info_gtt_total) in bytes
+    (docs/rocm-facts.md#n9). Cards without these files (other drivers, connectors) are left out; a card
+    whose PCI address cannot be read is keyed None."""
+    found: dict[PciKey | None, tuple[int | None, int | None]] = {}
+    if not root.is_dir():
+        return found
+    for card in sorted(root.glob("card[0-9]*")):
+        if not card.name[4:].isdigit():
+            continue  # card0-DP-1 and the like: connectors, not devices
+        device = card / "device"
+        vram, gtt = _read_int(device / "mem_info_vram_total"), _read_int(device / "mem_info_gtt_total")
+        if vram is None and gtt is None:
+            continue
+        found[pci_key(os.path.realpath(device))] = (vram, gtt)
+    return found
+
+
+def pci_key(device_path: str) -> PciKey | None:
+    """``/sys/devices/pci0000:00/0000:00:01.1/0000:03:00.0`` -> (0, 3, 0); None when not a PCI address."""
+    match = _PCI_ADDRESS.match(Path(device_path).name.lower())
+    if not match:
+        return None
+    domain, bus, dev = match.groups()
+    return int(domain, 16), int(bus, 16), int(dev, 16)
+
+
+def attach_drm_memory(
+    found: list[tuple[Device, PciKey | None]], cards: Mapping[PciKey | None, tuple[int | None, int | None]]
+) -> list[Device]:
+    """Each torch device with its card's carve-out/VRAM and GTT: matched by PCI address, or, with one
+    device and one card, to that card. Unmatched devices keep None (unknown), never a guess. The match
+    by PCI address was not tried on AMD hardware here (docs/rdna4-strixhalo.md)."""
+    out = []
+    for device, pci in found:
+        memory = cards.get(pci) if pci is not None else None
+        if memory is None and len(found) == 1 and len(cards) == 1:
+            memory = next(iter(cards.values()))
+        if memory is not None:
+            device = device.model_copy(update={"vram_sysfs_bytes": memory[0], "gtt_sysfs_bytes": memory[1]})
+        out.append(device)
+    return out
+
+
+def read_meminfo(path: Path = Path("/proc/meminfo")) -> tuple[int | None, int | None]:
+    """(MemTotal, MemAvailable) in bytes; None where unreadable."""
+    values: dict[str, int] = {}
+    try:
+        text = path.read_text()
+    except OSError:
+        return None, None
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        parts = rest.split()
+        if key in ("MemTotal", "MemAvailable") and parts and parts[0].isdigit():
+            values[key] = int(parts[0]) * 1024  # kB
+    return values.get("MemTotal"), values.get("MemAvailable")
+
+
+def read_system_rocm(info: Path = ROCM_INFO) -> str | None:
+    """The system ROCm's version: /opt/rocm/.info/version, else version-dev (docs/rocm-facts.md#n13)."""
+    for name in ("version", "version-dev"):
+        try:
+            text = (info / name).read_text().strip()
+        except OSError:
+            continue
+        if text:
+            return text.splitlines()[0].strip()[:40]
+    return None
+
+
+def probe_host() -> Host:
+    total, available = read_meminfo()
+    rocm_home: str | None = None
+    try:
+        from torch.utils.cpp_extension import ROCM_HOME  # what DeepSpeed's op builder asks (#n13)
+
+        rocm_home = ROCM_HOME
+    except Exception:  # no torch, or a CPU/CUDA torch without the attribute
+        rocm_home = None
+    hipcc = shutil.which("hipcc") is not None or bool(rocm_home and Path(rocm_home, "bin", "hipcc").is_file())
+    return Host(
+        memory_total_bytes=total,
+        memory_available_bytes=available,
+        system_rocm=read_system_rocm(),
+        hipcc=hipcc,
+        ninja=shutil.which("ninja") is not None,
+        rocm_home=rocm_home is not None,
+    )
 
 
 def probe_kfd(root: Path = KFD_NODES) -> list[KfdNode]:
@@ -74,6 +209,7 @@ def probe_access() -> DeviceAccess:
         render_nodes=render,
         render_nodes_accessible=bool(render) and all(os.access(p, os.R_OK | os.W_OK) for p in render),
         user_groups=groups,
+        dxg_exists=Path("/dev/dxg").exists(),
     )
 
 
@@ -103,17 +239,18 @@ def read_iommu_pt(path: Path = Path("/proc/cmdline")) -> bool | None:
 
 
 def take_snapshot() -> Snapshot:
-    build, devices = probe_torch()
+    build, found = _probe_torch()
     return Snapshot(
         source="probe",
         torch=build,
-        devices=devices,
+        devices=attach_drm_memory(found, probe_drm()),
         kfd_nodes=probe_kfd(),
         env=relevant_env(),
         packages=probe_packages(),
         iommu_pt=read_iommu_pt(),
         access=probe_access(),
         python=platform.python_version(),
+        host=probe_host(),
     )
 
 

@@ -14,7 +14,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .catalogue import base_arch
 
-SNAPSHOT_SCHEMA_VERSION = 2  # 2: iommu_pt replaces the kernel command line; groups are render/video only
+# 2: iommu_pt replaces the kernel command line; groups are render/video only.
+# 3: optional APU memory per device (carve-out, GTT, is_integrated, free), the host (RAM, system ROCm,
+#    JIT toolchain) and /dev/dxg; a schema-2 file loads unchanged, the new facts as unknown (None).
+SNAPSHOT_SCHEMA_VERSION = 3
 # The only groups a rule asks about: /dev/kfd and /dev/dri/renderD* need them (docs/rocm-facts.md#r8).
 # Others (often one named after the user) are not kept.
 GPU_GROUPS = ("render", "video")
@@ -54,6 +57,10 @@ RELEVANT_ENV_VARS = (
     "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES",
     "RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES",
     "RAY_EXPERIMENTAL_NOSET_ROCR_VISIBLE_DEVICES",
+    # RDNA4 / Strix Halo faults, Radeon multi-GPU hangs, WSL2 (docs/rocm-facts.md#n7, #n15, #n14)
+    "PYTORCH_NO_HIP_MEMORY_CACHING",
+    "NCCL_P2P_DISABLE",
+    "HSA_ENABLE_DXG_DETECTION",
 )
 
 
@@ -87,6 +94,26 @@ class Device(BaseModel):
     name: str
     arch_name: str = Field(description="gcnArchName on ROCm, e.g. gfx942:sramecc+:xnack-; sm_XY on CUDA")
     total_memory_bytes: int
+    # Unified memory and the iGPU (docs/rocm-facts.md#n9, #n10); None where not read (schema 2, CUDA).
+    is_integrated: bool | None = Field(
+        default=None, description="torch get_device_properties(i).is_integrated (HIP's integrated): an APU or iGPU"
+    )
+    vram_sysfs_bytes: int | None = Field(
+        default=None, description="/sys/class/drm/cardN/device/mem_info_vram_total: VRAM, or an APU's carve-out"
+    )
+    gtt_sysfs_bytes: int | None = Field(
+        default=None, description="/sys/class/drm/cardN/device/mem_info_gtt_total: system RAM the GPU may map"
+    )
+    free_memory_bytes: int | None = Field(
+        default=None, description="torch.cuda.mem_get_info(i)[0] when probed; on an APU it can exceed the total"
+    )
+
+    @property
+    def unified_budget_bytes(self) -> int | None:
+        """carve-out + GTT: what the kernel lets an APU's GPU map (docs/rocm-facts.md#n9); None if unread."""
+        if self.vram_sysfs_bytes is None or self.gtt_sysfs_bytes is None:
+            return None
+        return self.vram_sysfs_bytes + self.gtt_sysfs_bytes
 
     @property
     def base_arch(self) -> str:
@@ -118,11 +145,30 @@ class DeviceAccess(BaseModel):
     render_nodes: list[str] = Field(default_factory=list)
     render_nodes_accessible: bool = False
     user_groups: list[str] = Field(default_factory=list, description="render/video, where the user has them")
+    dxg_exists: bool = Field(default=False, description="/dev/dxg: WSL2's GPU device (docs/rocm-facts.md#n14)")
 
     @field_validator("user_groups")
     @classmethod
     def _gpu_groups_only(cls, groups: list[str]) -> list[str]:
         return [g for g in groups if g in GPU_GROUPS]
+
+
+class Host(BaseModel):
+    """The machine around the GPUs: RAM (an APU's GPU takes its memory from it), the system ROCm and
+    the tools DeepSpeed's JIT-built ops need (docs/rocm-facts.md#n9, #n13). Presence only, never a path."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    memory_total_bytes: int | None = Field(default=None, description="/proc/meminfo MemTotal")
+    memory_available_bytes: int | None = Field(default=None, description="/proc/meminfo MemAvailable")
+    system_rocm: str | None = Field(default=None, description="/opt/rocm/.info/version (or version-dev)")
+    hipcc: bool | None = Field(default=None, description="hipcc on PATH or in ROCM_HOME/bin")
+    ninja: bool | None = Field(default=None, description="ninja on PATH (DeepSpeed: 'JIT compiled ops requires ninja')")
+    rocm_home: bool | None = Field(default=None, description="torch.utils.cpp_extension.ROCM_HOME was found")
+
+    @property
+    def memory_gib(self) -> float | None:
+        return None if self.memory_total_bytes is None else self.memory_total_bytes / 2**30
 
 
 class Snapshot(BaseModel):
@@ -144,6 +190,11 @@ class Snapshot(BaseModel):
     )
     access: DeviceAccess = Field(default_factory=DeviceAccess)
     python: str | None = None
+    host: Host = Field(default_factory=Host)
+    set_aside: list[Device] = Field(
+        default_factory=list,
+        description="integrated devices training_view() left out of the plan (an iGPU beside a discrete card)",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -155,6 +206,9 @@ class Snapshot(BaseModel):
             if "iommu_pt" not in data:
                 data["iommu_pt"] = None if line is None else iommu_pt_in(str(line))
             data["schema_version"] = SNAPSHOT_SCHEMA_VERSION
+        if isinstance(data, dict) and isinstance(data.get("schema_version"), int) and data["schema_version"] == 2:
+            # 2 -> 3 added optional fields only: they load as unknown.
+            data = {**data, "schema_version": SNAPSHOT_SCHEMA_VERSION}
         return data
 
     @property
@@ -174,6 +228,40 @@ class Snapshot(BaseModel):
     def kfd_targets(self) -> list[str]:
         """Real GPU targets from KFD sysfs (CPU nodes report 0 and are left out)."""
         return [t for t in (n.target for n in self.kfd_nodes) if t]
+
+    def integrated_devices(self) -> list[Device]:
+        """Devices that are an APU or an iGPU: torch's ``is_integrated`` where the probe read it, else a
+        target whose every catalogued product is integrated (gfx1036, gfx1103, gfx115x; docs/rocm-facts.md#n10).
+        gfx942 is not guessed: it is an MI300X and an MI300A."""
+        from .catalogue import load_catalogue
+
+        catalogue = load_catalogue()
+        found = []
+        for device in self.devices:
+            if device.is_integrated is None:
+                info = catalogue.arch(device.arch_name)
+                integrated = bool(info and info.products and all(p.integrated for p in info.products))
+            else:
+                integrated = device.is_integrated
+            if integrated:
+                found.append(device)
+        return found
+
+    def training_view(self) -> Snapshot:
+        """The machine a run should plan on: an iGPU beside a discrete card is set aside (``set_aside``),
+        with its KFD node, so world, arch and memory rules see the discrete card(s) only. An APU alone
+        (Strix Halo) is the GPU and stays. Device indices keep torch's numbering, the value
+        HIP_VISIBLE_DEVICES needs (docs/rocm-facts.md#n10, #n11)."""
+        integrated = self.integrated_devices()
+        if not integrated or len(integrated) == len(self.devices):
+            return self
+        kept = [d for d in self.devices if d not in integrated]
+        kept_archs = {d.base_arch for d in kept}
+        dropped_archs = {d.base_arch for d in integrated} - kept_archs
+        nodes = [n for n in self.kfd_nodes if n.target not in dropped_archs]
+        return self.model_copy(
+            update={"devices": kept, "kfd_nodes": nodes, "set_aside": [*self.set_aside, *integrated]}, deep=True
+        )
 
     def save(self, path: str | Path, *, overwrite: bool = True) -> None:
         """``overwrite=False``: UsageError where ``path`` exists (the user's file is never replaced)."""

@@ -13,6 +13,7 @@ from typing import Any
 from ..findings import Finding, has_errors
 from . import (
     blog_keys,
+    environment,
     kernels,
     memory_fit,
     multi_gpu,
@@ -23,6 +24,7 @@ from . import (
     target,
     torch_build,
     values,
+    visibility,
     world,
 )
 from .base import Config, Context, Env, Rule, Step, Target
@@ -36,6 +38,12 @@ RULES: tuple[Rule, ...] = (
     torch_build.require_rocm_torch,
     torch_build.require_kernels_for_devices,
     torch_build.check_hsa_override,
+    visibility.integrated_gpu_visible,
+    visibility.visibility_conflict,
+    environment.rocm_version_mismatch,
+    environment.jit_toolchain,
+    environment.wsl2,
+    environment.page_fault_workaround,
     rocm_arch_env.check_pytorch_rocm_arch,
     precision.prefer_bf16,
     precision.bf16_on_cpu_needs_use_cpu,

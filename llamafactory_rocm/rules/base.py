@@ -13,7 +13,7 @@ from typing import Any
 
 from ..findings import Finding
 from ..machine.catalogue import ArchInfo, Catalogue
-from ..machine.snapshot import Snapshot
+from ..machine.snapshot import Device, Snapshot
 
 Config = dict[str, Any]
 Env = dict[str, str]
@@ -50,6 +50,9 @@ class Context:
     # examples LLaMA-Factory will train on, after its own processing and val_size split (the dry run's
     # count); None when the data could not be run
     train_rows: int | None = None
+    # integrated devices (an iGPU beside a discrete card) that Snapshot.training_view() set aside: the
+    # snapshot above is then the view, and rules/visibility.py says how to hide them (docs/rocm-facts.md#n10)
+    integrated_devices: tuple[Device, ...] = ()
 
     @property
     def planned(self) -> bool:

@@ -1,4 +1,9 @@
-"""Will the run fit in device memory? Above the device it is refused, above 90% a warning; both say what fits."""
+"""Will the run fit in device memory? Above the device it is refused, above 90% a warning; both say what fits.
+
+On an APU (Strix Halo) the GPU's memory is system RAM: the budget is the smaller of torch's
+``total_memory`` and the carve-out + GTT the kernel lets the GPU map, and what the run takes is missing on
+the CPU side (docs/rocm-facts.md#n9).
+"""
 
 from __future__ import annotations
 
@@ -6,11 +11,31 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..findings import Finding, Level
+from ..machine.snapshot import Device
 from ..memory import UNESTIMABLE, TrainingShape, estimate, largest_fitting_batch, shape_and_count
 from .base import Context, Step, truthy, unchanged
 from .world import world_size
 
 BUDGET = 0.9
+# RAM an APU run should leave to the OS, the Python process and the dataloader: this package's margin,
+# not a published figure (docs/rdna4-strixhalo.md says so).
+HOST_RESERVE_GIB = 8.0
+
+
+def device_budget(device: Device) -> tuple[float, str]:
+    """(GiB, what the number is) for one device: torch's total, or on an APU the smaller of torch's total
+    and carve-out + GTT (docs/rocm-facts.md#n9)."""
+    torch_gib = device.total_memory_gib
+    unified = device.unified_budget_bytes
+    if not device.is_integrated or unified is None:
+        if device.is_integrated:
+            return torch_gib, f"torch's total_memory {torch_gib:.1f} GiB (carve-out and GTT not read)"
+        return torch_gib, ""
+    unified_gib = unified / 2**30
+    parts = f"carve-out {device.vram_sysfs_bytes / 2**30:.1f} + GTT {device.gtt_sysfs_bytes / 2**30:.1f} GiB"
+    if unified_gib < torch_gib:
+        return unified_gib, f"{parts} = {unified_gib:.1f} GiB, less than torch's total_memory {torch_gib:.1f} GiB"
+    return torch_gib, f"torch's total_memory {torch_gib:.1f} GiB; {parts} = {unified_gib:.1f} GiB is the kernel's cap"
 
 
 def memory_fit(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
@@ -22,8 +47,10 @@ def memory_fit(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) 
         est = estimate(shape, parameters, TrainingShape.from_config(config, world))
     except UNESTIMABLE:  # a value that is not a number: LLaMA-Factory's parser refuses it, with the key
         return unchanged(config, env)
-    device_gib = min(d.total_memory_gib for d in ctx.snapshot.devices)
+    smallest = min(ctx.snapshot.devices, key=lambda d: device_budget(d)[0])
+    device_gib, used = device_budget(smallest)
     budget = BUDGET * device_gib
+    starved = host_starved(ctx, est.total_gib)
     breakdown = (
         f"weights {est.weights_gib:.1f} + trainable state {est.trainable_state_gib:.1f} + activations "
         f"{est.activations_gib:.1f} + logits {est.logits_gib:.1f} + workspace {est.workspace_gib:.2f}"
@@ -31,6 +58,8 @@ def memory_fit(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) 
     sharding = _sharding(config, world)
     if sharding:
         breakdown += f"; {sharding}"
+    if used:
+        breakdown += f"; unified memory, budget from {used}"
     if est.total_gib <= budget:
         return unchanged(
             config,
@@ -42,6 +71,7 @@ def memory_fit(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) 
                 message=f"Estimated peak {est.total_gib:.1f} GiB of {device_gib:.1f} GiB per device ({breakdown}).",
                 fix="Nothing to do; docs/memory.md explains the estimate.",
             ),
+            *starved,
         )
     batch = largest_fitting_batch(shape, parameters, config, budget, world)
     current = int(config.get("per_device_train_batch_size", 8))
@@ -70,7 +100,37 @@ def memory_fit(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) 
             message=f"Estimated peak {est.total_gib:.1f} GiB {where} ({breakdown}): {outcome}",
             fix=fix,
         ),
+        *starved,
     )
+
+
+def host_starved(ctx: Context, gpu_gib: float) -> list[Finding]:
+    """On an APU the GPU's memory is the CPU's: warn where the run leaves the CPU side less than
+    HOST_RESERVE_GIB of RAM (MemAvailable where the probe read it, else MemTotal)."""
+    integrated = [d for d in ctx.snapshot.devices if d.is_integrated]
+    host = ctx.snapshot.host
+    ram = host.memory_available_bytes or host.memory_total_bytes
+    if not integrated or ram is None:
+        return []
+    ram_gib = ram / 2**30
+    what = "MemAvailable" if host.memory_available_bytes else "MemTotal"
+    gpu_total = gpu_gib * len(integrated)
+    left = ram_gib - gpu_total
+    if left >= HOST_RESERVE_GIB:
+        return []
+    return [
+        Finding(
+            code="APU_HOST_MEMORY_LOW",
+            level=Level.WARNING,
+            old=round(left, 1),
+            message=f"Unified memory: the GPU's estimated {gpu_total:.1f} GiB comes out of the {ram_gib:.1f} GiB "
+            f"of RAM ({what}), leaving {left:.1f} GiB for the OS, the Python process and the dataloader "
+            f"(this package keeps {HOST_RESERVE_GIB:.0f} GiB): expect swapping or the OOM killer.",
+            fix="Lower per_device_train_batch_size or cutoff_len, set preprocessing_num_workers and "
+            "dataloader_num_workers low, close other programs; a smaller GTT (amdgpu.gttsize / ttm.pages_limit) "
+            "keeps RAM for the CPU side.",
+        )
+    ]
 
 
 def _sharding(config: Mapping[str, Any], world: int) -> str:

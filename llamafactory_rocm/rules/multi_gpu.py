@@ -1,4 +1,5 @@
-"""Multi-GPU settings that hang or crawl on AMD (docs/rocm-facts.md#f10, docs/rocm-facts.md#f11)."""
+"""Multi-GPU settings that hang or crawl on AMD (docs/rocm-facts.md#f10, docs/rocm-facts.md#f11; Radeon
+peer-to-peer: docs/rocm-facts.md#n15)."""
 
 from __future__ import annotations
 
@@ -28,13 +29,37 @@ def multi_gpu_notices(config: Mapping[str, Any], env: Mapping[str, str], ctx: Co
                 fix="Use HIP_VISIBLE_DEVICES to run on 1 GPU, or use all 8.",
             )
         )
+    p2p_off = env.get("NCCL_P2P_DISABLE") == "1"
     if "gfx1100" in snap.gpu_base_archs:
         findings.append(
             Finding(
                 code="RDNA3_DDP_KNOWN_ISSUE",
                 level=Level.WARNING,
-                message="DDP across several RX 7900 XTX is reported to fail (hiyouga/LLaMA-Factory#6271, open).",
-                fix="Train on one GPU (HIP_VISIBLE_DEVICES=0) if the ranks hang at start.",
+                key="NCCL_P2P_DISABLE",
+                old=env.get("NCCL_P2P_DISABLE"),
+                new=None if p2p_off else "1",
+                message="DDP across several RX 7900 XTX is reported to fail (hiyouga/LLaMA-Factory#6271, open); "
+                "Radeon multi-GPU runs hang in RCCL without NCCL_P2P_DISABLE=1 (ROCm/vllm#390)"
+                + (" (set here)." if p2p_off else "."),
+                fix=(
+                    "NCCL_P2P_DISABLE=1 is set; "
+                    if p2p_off
+                    else "export NCCL_P2P_DISABLE=1 (RCCL then copies through host memory, the documented workaround); "
+                )
+                + "if the ranks still hang at start, train on one GPU (HIP_VISIBLE_DEVICES=0).",
+            )
+        )
+    rdna4 = [a for a in snap.gpu_base_archs if a in ("gfx1200", "gfx1201")]
+    if rdna4 and not p2p_off:
+        findings.append(
+            Finding(
+                code="RADEON_P2P_HANG",
+                level=Level.WARNING,
+                key="NCCL_P2P_DISABLE",
+                new="1",
+                message=f"{count} Radeon RDNA4 GPUs ({', '.join(rdna4)}): direct PCIe peer-to-peer is reported to "
+                "hang RCCL and, on 4x R9700, the host (ROCm/rocm-systems#11348, open; ROCm/vllm#390).",
+                fix="export NCCL_P2P_DISABLE=1 for this launch (RCCL copies through host memory instead).",
             )
         )
     hip = snap.torch.hip or ""

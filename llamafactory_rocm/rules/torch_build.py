@@ -1,6 +1,7 @@
 """Is the installed torch a ROCm build with kernels for every visible GPU?
 
-Sources: docs/rocm-facts.md#f1, docs/rocm-facts.md#f2.
+Sources: docs/rocm-facts.md#f1, docs/rocm-facts.md#f2; an override on a natively supported card:
+docs/rocm-facts.md#n12.
 """
 
 from __future__ import annotations
@@ -145,6 +146,8 @@ def check_hsa_override(config: Mapping[str, Any], env: Mapping[str, str], ctx: C
                     "(gfx1101/gfx1102 -> 11.0.0, gfx1031/gfx1032 -> 10.3.0).",
                 )
             )
+        elif target != spoofed and target in ctx.snapshot.torch.base_arch_list:
+            findings.append(override_not_needed(value, target, spoofed))
         elif target != spoofed:
             findings.append(
                 Finding(
@@ -157,3 +160,18 @@ def check_hsa_override(config: Mapping[str, Any], env: Mapping[str, str], ctx: C
                 )
             )
     return unchanged(config, env, *findings)
+
+
+def override_not_needed(value: str, target: str, spoofed: str) -> Finding:
+    """The override on a card torch has kernels for: unneeded, and reported to fault (docs/rocm-facts.md#n12)."""
+    return Finding(
+        code="HSA_OVERRIDE_NOT_NEEDED",
+        level=Level.WARNING,
+        key="HSA_OVERRIDE_GFX_VERSION",
+        old=value,
+        message=f"HSA_OVERRIDE_GFX_VERSION={value} makes {target} run {spoofed} kernels although torch has "
+        f"{target} kernels of its own: the override is a debugging aid, reported to cause memory access faults "
+        "and hangs on natively supported cards (ROCm/legacy-rocm-build#5238, #5824).",
+        fix=f"unset HSA_OVERRIDE_GFX_VERSION (torch runs {target} natively); build extensions with "
+        f"PYTORCH_ROCM_ARCH={target}.",
+    )

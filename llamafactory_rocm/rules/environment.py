@@ -1,0 +1,155 @@
+"""Faults of the machine's environment that users hit: RDNA4 / Strix Halo page faults, a torch built for
+another ROCm than the system's, the tools DeepSpeed's JIT-built ops need, and WSL2.
+
+Sources: docs/rocm-facts.md#n7, #n8 (page faults), #n13 (HIP versions, JIT ops), #n14 (WSL2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..findings import Finding, Level
+from .base import Context, Step, truthy, unchanged
+from .kernels import version_tuple
+from .world import deepspeed_json
+
+PAGE_FAULT_ARCHS = ("gfx1200", "gfx1201", "gfx1151")
+NO_CACHING = "PYTORCH_NO_HIP_MEMORY_CACHING"
+
+
+def _adapter_training(config: Mapping[str, Any]) -> bool:
+    """LoRA/QLoRA (LLaMA-Factory's default finetuning_type is lora): where the faults were reported."""
+    return str(config.get("finetuning_type", "lora")).lower() in {"lora", "oft"}
+
+
+def page_fault_workaround(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
+    archs = [a for a in ctx.snapshot.gpu_base_archs if a in PAGE_FAULT_ARCHS]
+    if not ctx.rocm or not archs or env.get(NO_CACHING) == "1" or not _adapter_training(config):
+        return unchanged(config, env)
+    hip = version_tuple(ctx.snapshot.torch.hip or "")
+    rdna4 = [a for a in archs if a.startswith("gfx120")]
+    if rdna4 and hip and hip < (7, 2) and "gfx1151" not in archs:
+        return unchanged(config, env)  # the faulting hipBLASLt load is used from ROCm 7.2 (N7)
+    what = []
+    if rdna4:
+        what.append(
+            f"{'/'.join(rdna4)}: deterministic [gfxhub] page faults in LoRA's backward GEMMs on ROCm 7.2 and "
+            "later (hipBLASLt reading past a narrow operand; fixed in ROCm/rocm-libraries PR #8909, release "
+            f"unsettled), avoided with {NO_CACHING}=1 (ROCm/legacy-rocm-build#6647, #6600)"
+        )
+    if "gfx1151" in archs:
+        what.append(
+            "gfx1151 (Strix Halo): memory access faults are reported at model load and on the first tensor "
+            f"(ROCm/legacy-rocm-build#6182, #5824); whether {NO_CACHING}=1 helps there is not established"
+        )
+    return unchanged(
+        config,
+        env,
+        Finding(
+            code="HIP_PAGE_FAULT_RISK",
+            level=Level.WARNING,
+            key=NO_CACHING,
+            new="1",
+            message="; ".join(what) + ".",
+            fix=f"export {NO_CACHING}=1 if the run stops with a page fault or 'Memory access fault by GPU' "
+            "(PyTorch's caching allocator is then off: slower, every allocation goes to the driver)"
+            + ("; a ROCm release carrying the hipBLASLt fix removes the need." if rdna4 else "."),
+        ),
+    )
+
+
+def jit_ops(config: Mapping[str, Any]) -> list[str]:
+    """DeepSpeed ops the config makes DeepSpeed JIT-build (docs/rocm-facts.md#n13): CPUAdam for an
+    optimizer offloaded to the CPU, FusedAdam for a DeepSpeed Adam/AdamW on the GPU."""
+    ds = deepspeed_json(config)
+    if not ds:
+        return []
+    zero = ds.get("zero_optimization") if isinstance(ds.get("zero_optimization"), dict) else {}
+    offload = zero.get("offload_optimizer") if isinstance(zero.get("offload_optimizer"), dict) else {}
+    optimizer = ds.get("optimizer") if isinstance(ds.get("optimizer"), dict) else {}
+    if str(offload.get("device", "none")).lower() == "cpu":
+        return ["CPUAdam (offload_optimizer: cpu)"]
+    if str(optimizer.get("type", "")).lower() in {"adam", "adamw"}:
+        return [f"FusedAdam (optimizer {optimizer['type']})"]
+    return []
+
+
+def rocm_version_mismatch(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
+    system = ctx.snapshot.host.system_rocm
+    hip = ctx.snapshot.torch.hip
+    if not ctx.rocm or not system or not hip:
+        return unchanged(config, env)
+    torch_major, system_major = version_tuple(hip)[:1], version_tuple(system)[:1]
+    if not torch_major or not system_major or torch_major == system_major:
+        return unchanged(config, env)
+    ops = jit_ops(config)
+    consequence = (
+        f"DeepSpeed will build {', '.join(ops)} against ROCm {system} and stop on its HIP version check"
+        if ops
+        else "any op built at launch (DeepSpeed, flash-attn, bitsandbytes from source) compiles against "
+        "the wrong headers and runtime"
+    )
+    return unchanged(
+        config,
+        env,
+        Finding(
+            code="ROCM_VERSION_MISMATCH",
+            level=Level.ERROR if ops else Level.WARNING,
+            key="/opt/rocm/.info/version",
+            old=system,
+            new=hip,
+            message=f"torch {ctx.snapshot.torch.version} is built for HIP {hip} but the system ROCm is "
+            f"{system} (/opt/rocm/.info/version), another major version: {consequence}.",
+            fix=f"Install the torch wheel for ROCm {'.'.join(map(str, version_tuple(system)[:2]))}, or point "
+            f"ROCM_HOME at a ROCm {torch_major[0]}.x install, so the two agree.",
+        ),
+    )
+
+
+def jit_toolchain(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
+    if not ctx.rocm:
+        return unchanged(config, env)
+    ops = jit_ops(config)
+    host = ctx.snapshot.host
+    missing = [name for name, have in (("ninja", host.ninja), ("hipcc", host.hipcc), ("ROCM_HOME", host.rocm_home))
+               if have is False]  # fmt: skip
+    if not ops or not missing:
+        return unchanged(config, env)
+    return unchanged(
+        config,
+        env,
+        Finding(
+            code="JIT_TOOLCHAIN_MISSING",
+            level=Level.ERROR,
+            key="deepspeed",
+            old=missing,
+            message=f"DeepSpeed JIT-builds {', '.join(ops)} at launch, but {', '.join(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} missing here: the build stops before the first step "
+            "('JIT compiled ops requires ninja', or no ROCm found by torch.utils.cpp_extension).",
+            fix="Install ninja (pip install ninja) and the ROCm development tools (hipcc), and export "
+            "ROCM_HOME=/opt/rocm; or drop the DeepSpeed optimizer/offload for torch's AdamW.",
+        ),
+    )
+
+
+def wsl2(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
+    access = ctx.snapshot.access
+    if not (ctx.rocm and access.dxg_exists and not access.kfd_exists):
+        return unchanged(config, env)
+    hip = version_tuple(ctx.snapshot.torch.hip or "")
+    old_runtime = bool(hip) and hip < (7, 13) and not truthy(env.get("HSA_ENABLE_DXG_DETECTION", "0"))
+    extra = " ROCm before 7.13 needs HSA_ENABLE_DXG_DETECTION=1 to find it inside a container." if old_runtime else ""
+    return unchanged(
+        config,
+        env,
+        Finding(
+            code="WSL2_DXG",
+            level=Level.INFO,
+            key="/dev/dxg",
+            message="WSL2: the GPU is reached through /dev/dxg, not /dev/kfd; KFD topology and the "
+            f"render/video groups do not apply here.{extra}",
+            fix="Nothing for /dev/kfd; in docker pass --device=/dev/dxg"
+            + ("; export HSA_ENABLE_DXG_DETECTION=1 in a container." if old_runtime else "."),
+        ),
+    )

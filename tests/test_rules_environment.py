@@ -1,0 +1,101 @@
+"""Environment faults: RDNA4/Strix Halo page faults, torch's HIP vs the system ROCm, the JIT toolchain, WSL2.
+
+Recorded snapshots built from published facts (docs/rocm-facts.md#n7, #n8, #n13, #n14); none ran on AMD hardware.
+"""
+
+import json
+
+from llamafactory_rocm.findings import Level
+from llamafactory_rocm.rules import environment
+from llamafactory_rocm.rules.base import Context
+from tests.conftest import make_ctx
+
+
+def codes(step):
+    return [f.code for f in step.findings]
+
+
+def with_hip(ctx: Context, hip: str) -> Context:
+    snap = ctx.snapshot.model_copy(deep=True)
+    snap.torch.hip = hip
+    return Context(snapshot=snap, catalogue=ctx.catalogue, known_keys=ctx.known_keys)
+
+
+def test_rdna4_lora_on_rocm_7_2_or_later_names_the_allocator_workaround():
+    for name in ("rx9060xt", "r9700", "rx9070xt"):
+        ctx = with_hip(make_ctx(name), "7.14.0")
+        (finding,) = environment.page_fault_workaround({}, {}, ctx).findings
+        assert finding.code == "HIP_PAGE_FAULT_RISK" and finding.level is Level.WARNING
+        assert "PYTORCH_NO_HIP_MEMORY_CACHING=1" in finding.fix and "#6647" in finding.message
+
+
+def test_page_fault_warning_is_quiet_where_it_does_not_apply():
+    ctx = with_hip(make_ctx("r9700"), "7.14.0")
+    assert codes(environment.page_fault_workaround({}, {"PYTORCH_NO_HIP_MEMORY_CACHING": "1"}, ctx)) == []
+    assert codes(environment.page_fault_workaround({"finetuning_type": "full"}, {}, ctx)) == []
+    assert codes(environment.page_fault_workaround({}, {}, make_ctx("r9700"))) == []  # ROCm 6.4: before the path
+    assert codes(environment.page_fault_workaround({}, {}, make_ctx("rx7900xtx"))) == []
+
+
+def test_strix_halo_is_warned_without_claiming_the_workaround_is_proven():
+    (finding,) = environment.page_fault_workaround({}, {}, make_ctx("strixhalo")).findings
+    assert "gfx1151" in finding.message and "not established" in finding.message
+
+
+def ds_config(tmp_path, **body):
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps({"zero_optimization": {"stage": 3}, **body}))
+    return {"deepspeed": str(path)}
+
+
+def test_jit_ops_read_from_the_deepspeed_file(tmp_path):
+    offload = ds_config(tmp_path, zero_optimization={"stage": 3, "offload_optimizer": {"device": "cpu"}})
+    assert environment.jit_ops(offload) == ["CPUAdam (offload_optimizer: cpu)"]
+    fused = ds_config(tmp_path, optimizer={"type": "AdamW", "params": {}})
+    assert environment.jit_ops(fused) == ["FusedAdam (optimizer AdamW)"]
+    assert environment.jit_ops(ds_config(tmp_path)) == []
+    assert environment.jit_ops({}) == []
+
+
+def test_hip_and_system_rocm_majors_differ(tmp_path):
+    ctx = make_ctx("rx7900xtx_rocm_mismatch")
+    (warning,) = environment.rocm_version_mismatch({}, {}, ctx).findings
+    assert warning.code == "ROCM_VERSION_MISMATCH" and warning.level is Level.WARNING
+    assert "HIP 6.4.43482" in warning.message and "7.1.0-38" in warning.message
+    config = ds_config(tmp_path, zero_optimization={"stage": 3, "offload_optimizer": {"device": "cpu"}})
+    (error,) = environment.rocm_version_mismatch(config, {}, ctx).findings
+    assert error.level is Level.ERROR and "CPUAdam" in error.message and "ROCm 7.1" in error.fix
+
+
+def test_matching_or_unknown_system_rocm_says_nothing():
+    assert codes(environment.rocm_version_mismatch({}, {}, make_ctx("rx7900xtx"))) == []  # not read
+    ctx = make_ctx("rx7900xtx_rocm_mismatch")
+    snap = ctx.snapshot.model_copy(deep=True)
+    snap.host.system_rocm = "6.4.1-103"
+    same = Context(snapshot=snap, catalogue=ctx.catalogue, known_keys=ctx.known_keys)
+    assert codes(environment.rocm_version_mismatch({}, {}, same)) == []
+
+
+def test_missing_ninja_or_hipcc_refuses_a_jit_built_op(tmp_path):
+    ctx = make_ctx("rx7900xtx_rocm_mismatch")
+    snap = ctx.snapshot.model_copy(deep=True)
+    snap.host.ninja = False
+    snap.host.rocm_home = False
+    bare = Context(snapshot=snap, catalogue=ctx.catalogue, known_keys=ctx.known_keys)
+    config = ds_config(tmp_path, optimizer={"type": "Adam"})
+    (finding,) = environment.jit_toolchain(config, {}, bare).findings
+    assert finding.code == "JIT_TOOLCHAIN_MISSING" and finding.level is Level.ERROR
+    assert "ninja, ROCM_HOME are missing" in finding.message and "FusedAdam" in finding.message
+    assert codes(environment.jit_toolchain({}, {}, bare)) == []  # no op to build
+    assert codes(environment.jit_toolchain(config, {}, ctx)) == []  # the tools are there
+    assert codes(environment.jit_toolchain(config, {}, make_ctx("rx7900xtx"))) == []  # not read: no guess
+
+
+def test_wsl2_says_dxg_applies_and_names_the_detection_variable():
+    ctx = make_ctx("wsl2_rx7900xtx")
+    (finding,) = environment.wsl2({}, {}, ctx).findings
+    assert finding.code == "WSL2_DXG" and finding.level is Level.INFO
+    assert "/dev/dxg" in finding.message and "HSA_ENABLE_DXG_DETECTION=1" in finding.fix
+    (quiet,) = environment.wsl2({}, {"HSA_ENABLE_DXG_DETECTION": "1"}, ctx).findings
+    assert "HSA_ENABLE_DXG_DETECTION" not in quiet.fix
+    assert codes(environment.wsl2({}, {}, make_ctx("rx7900xtx"))) == []

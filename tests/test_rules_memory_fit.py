@@ -1,0 +1,71 @@
+"""Unified memory on an APU: which number the budget is, and the CPU side (docs/rocm-facts.md#n9).
+
+The Strix Halo snapshot holds the figures of ROCm/legacy-rocm-build#6004; not run on the hardware.
+"""
+
+from dataclasses import replace
+
+from llamafactory_rocm.findings import Level
+from llamafactory_rocm.memory import model_config_for
+from llamafactory_rocm.presets import raw
+from llamafactory_rocm.rules import memory_fit
+from llamafactory_rocm.rules.memory_fit import device_budget
+from tests.conftest import load_snapshot, make_ctx
+
+GIB = 2**30
+
+
+def strixhalo_ctx(**device_update):
+    ctx = make_ctx("strixhalo")
+    snap = ctx.snapshot.model_copy(deep=True)
+    snap.devices = [snap.devices[0].model_copy(update=device_update)]
+    return replace(ctx, snapshot=snap)
+
+
+def test_the_strixhalo_snapshot_records_carve_out_gtt_and_is_integrated():
+    (device,) = load_snapshot("strixhalo").devices
+    assert device.is_integrated and device.vram_sysfs_bytes == 536870912 and device.gtt_sysfs_bytes == 137438953472
+    assert device.free_memory_bytes > device.total_memory_bytes  # as reported: free 120 GiB > total 62.47 GiB
+
+
+def test_apu_budget_is_torchs_total_when_below_carve_out_plus_gtt_and_says_so():
+    gib, used = device_budget(load_snapshot("strixhalo").devices[0])
+    assert round(gib, 2) == 62.47
+    assert "torch's total_memory 62.5 GiB" in used and "carve-out 0.5 + GTT 128.0 GiB = 128.5 GiB" in used
+
+
+def test_apu_budget_is_carve_out_plus_gtt_when_the_kernel_caps_below_torch():
+    device = load_snapshot("strixhalo").devices[0].model_copy(update={"gtt_sysfs_bytes": 16 * GIB})
+    gib, used = device_budget(device)
+    assert round(gib, 1) == 16.5 and "less than torch's total_memory" in used
+
+
+def test_discrete_cards_keep_torchs_figure_without_a_note():
+    gib, used = device_budget(load_snapshot("rx7900xtx").devices[0])
+    assert used == "" and round(gib) == 24
+
+
+def test_the_preset_message_names_the_number_it_used():
+    config = raw("strixhalo_qwen3_lora")
+    ctx = replace(make_ctx("strixhalo"), model_config=model_config_for(config["model_name_or_path"]))
+    (finding,) = memory_fit.memory_fit(config, {}, ctx).findings
+    assert finding.code == "MEMORY_ESTIMATE" and "unified memory, budget from torch's total_memory" in finding.message
+
+
+def test_a_small_gtt_is_the_budget_the_rule_refuses_against():
+    config = {**raw("strixhalo_qwen3_lora"), "per_device_train_batch_size": 8}
+    ctx = strixhalo_ctx(gtt_sysfs_bytes=4 * GIB)
+    ctx = replace(ctx, model_config=model_config_for(config["model_name_or_path"]))
+    codes = [f.code for f in memory_fit.memory_fit(config, {}, ctx).findings]
+    assert codes[0] in {"MEMORY_OVER_DEVICE", "MEMORY_OVER_BUDGET"}
+
+
+def test_the_cpu_side_is_warned_when_the_gpu_takes_nearly_all_ram():
+    config = raw("strixhalo_qwen3_lora")
+    ctx = replace(make_ctx("strixhalo"), model_config=model_config_for(config["model_name_or_path"]))
+    snap = ctx.snapshot.model_copy(deep=True)
+    snap.host.memory_available_bytes = 16 * GIB  # a desktop session and a browser hold the rest
+    findings = memory_fit.memory_fit(config, {}, replace(ctx, snapshot=snap)).findings
+    low = [f for f in findings if f.code == "APU_HOST_MEMORY_LOW"]
+    assert len(low) == 1 and low[0].level is Level.WARNING and "MemAvailable" in low[0].message
+    assert [f.code for f in memory_fit.memory_fit(config, {}, ctx).findings] == ["MEMORY_ESTIMATE"]  # 127.5 GiB
