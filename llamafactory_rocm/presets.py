@@ -101,7 +101,7 @@ def info(name: str) -> PresetInfo:
 
 def list_presets(gpu: str | None = None) -> list[PresetInfo]:
     """Every preset, or those for ``gpu``'s arch (an unknown name raises, naming the nearest)."""
-    from .check.run import resolve_target
+    from .check.target import resolve_target
 
     target = resolve_target(gpu=gpu) if gpu else None
     catalogue = load_catalogue()

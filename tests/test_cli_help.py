@@ -52,5 +52,5 @@ def test_counts_and_names_read_as_english():
 
     assert (rows(1), rows(0), rows(3)) == ("1 row", "0 rows", "3 rows")
     config = {"dataset": "amd_finetune_qa", "dataset_dir": "no-such-dir", "stage": "sft"}
-    (bundled,) = [f for f in check_config(config, run_parser=False).findings if f.code == "DATASET_DIR_BUNDLED"]
+    (bundled,) = [f for f in check_config(config).findings if f.code == "DATASET_DIR_BUNDLED"]
     assert "amd_finetune_qa is bundled" in bundled.message

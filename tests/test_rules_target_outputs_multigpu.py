@@ -1,6 +1,6 @@
 """The named GPU must be the one here; existing checkpoints are never clobbered; multi-GPU notices."""
 
-from llamafactory_rocm.check.run import planned_snapshot, resolve_target
+from llamafactory_rocm.check.target import planned_snapshot, resolve_target
 from llamafactory_rocm.findings import Level
 from llamafactory_rocm.rules import multi_gpu, outputs, target
 from llamafactory_rocm.rules.base import Context, Target
@@ -114,11 +114,14 @@ def test_resuming_from_a_checkpoint_without_weights_is_refused():
 
 
 def test_the_resume_checkpoint_is_transformers_own_choice_and_its_weights_are_looked_for(tmp_path):
-    from llamafactory_rocm.check.run import resume_checkpoint
+    from llamafactory_rocm.check.outputs import resume_checkpoint
 
     assert resume_checkpoint(tmp_path / "absent") is None
     (tmp_path / "checkpoint-2").mkdir()
     (tmp_path / "checkpoint-2" / "adapter_model.safetensors").write_bytes(b"w")
+    # transformers' Trainer.train reads trainer_state.json of every checkpoint it resumes from
+    assert resume_checkpoint(tmp_path) == ("checkpoint-2", False)
+    (tmp_path / "checkpoint-2" / "trainer_state.json").write_text("{}")
     assert resume_checkpoint(tmp_path) == ("checkpoint-2", True)
     (tmp_path / "checkpoint-10").mkdir()  # numeric order, not text order
     assert resume_checkpoint(tmp_path) == ("checkpoint-10", False)

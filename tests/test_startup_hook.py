@@ -88,7 +88,10 @@ def test_an_unexpected_run_exp_makes_the_hook_step_aside_with_one_line(capsys):
     assert len(err) == 1 and "pre-launch check is off for this run" in err[0]
 
 
-def test_a_failing_check_never_blocks_training(monkeypatch, capsys):
+def test_a_failing_check_stops_the_rank_in_one_line_and_never_trains_another_config(monkeypatch, capsys):
+    """Every rank takes the same decision when the check itself fails: it stops (exit 4) and names the
+    off switch; none trains the unchecked config while another trains the resolved one."""
+    from llamafactory_rocm.errors import EXIT_INTERNAL
     from llamafactory_rocm.train import hook
 
     seen = []
@@ -96,10 +99,13 @@ def test_a_failing_check_never_blocks_training(monkeypatch, capsys):
     def run_exp(args=None, callbacks=None):
         seen.append((args, callbacks))
 
+    monkeypatch.delenv("LLAMAFACTORY_ROCM_DEBUG", raising=False)
     monkeypatch.setattr(hook, "prepare", lambda args: (_ for _ in ()).throw(RuntimeError("boom")))
-    hook.wrap_run_exp(run_exp)({"stage": "sft"}, None)
-    assert seen == [({"stage": "sft"}, None)]
-    assert "pre-launch check skipped (RuntimeError: boom)" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stop:
+        hook.wrap_run_exp(run_exp)({"stage": "sft"}, None)
+    assert stop.value.code == EXIT_INTERNAL and seen == []
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "pre-launch check failed (RuntimeError: boom)" in line and "LLAMAFACTORY_ROCM=0" in line
 
 
 def test_an_untested_llamafactory_release_is_named_in_one_line(monkeypatch, capsys):

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..fsutil import atomic_write_text, first_free_name
 from .config_io import dump_yaml
-from .run import Report
+from .report import Report
 
 RECORD_STEM = "rocm_launch"
 RESOLVED_STEM = "rocm_resolved"
@@ -46,16 +46,19 @@ def build_record(report: Report, origin: str, resolved_yaml: str | None) -> dict
     }
 
 
-def write_launch_files(report: Report, output_dir: Path, origin: str) -> tuple[Path, Path]:
+def write_launch_files(report: Report, output_dir: Path, origin: str, node: int | None = None) -> tuple[Path, Path]:
     """Write ``rocm_resolved.yaml`` and ``rocm_launch.json`` into output_dir, atomically.
 
-    An earlier run's files are never replaced: a resumed run gets ``rocm_launch.1.json`` and so on.
+    An earlier run's files are never replaced: a resumed run gets ``rocm_launch.1.json`` and so on. ``node``:
+    a node of a multi-node run whose output_dir is not the one the world's rank 0 wrote to
+    (``rocm_launch.node1.json``).
     """
     output_dir.mkdir(parents=True, exist_ok=True)
-    resolved = first_free_name(output_dir, RESOLVED_STEM, ".yaml")
+    suffix = "" if node is None else f".node{node}"
+    resolved = first_free_name(output_dir, RESOLVED_STEM + suffix, ".yaml")
     header = f"# Resolved by llamafactory-rocm from {report.config_path or 'a dict'}; see {RECORD_STEM}*.json\n"
     atomic_write_text(resolved, header + dump_yaml(report.config), overwrite=False)
-    record_path = first_free_name(output_dir, RECORD_STEM, ".json")
+    record_path = first_free_name(output_dir, RECORD_STEM + suffix, ".json")
     record = build_record(report, origin, resolved.name)
     atomic_write_text(record_path, json.dumps(record, indent=2, default=str) + "\n", overwrite=False)
     return resolved, record_path
@@ -67,3 +70,10 @@ def latest_record(output_dir: str | Path) -> dict[str, Any]:
     if not records:
         raise FileNotFoundError(f"no {RECORD_STEM}.json in {output_dir}")
     return json.loads(records[-1].read_text(encoding="utf-8"))
+
+
+def add_nodes(record_path: Path, nodes: list[dict[str, Any]]) -> None:
+    """Add every node's facts (from the nodes' agreement) to the world's one record, atomically."""
+    record = json.loads(record_path.read_text(encoding="utf-8"))
+    record["nodes"] = nodes
+    atomic_write_text(record_path, json.dumps(record, indent=2, default=str) + "\n", overwrite=True)

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 
-from ..check.config_io import load_launch_args
 from ..check.render import report_text
-from ..check.run import check_config
+from ..check.request import from_launch_args
+from ..check.run import run_check
 from ..errors import EXIT_FINDINGS, EXIT_OK
 from ..machine.snapshot import Snapshot
 from ._args import add_config_arguments, add_world_arguments, world_env
@@ -40,34 +39,22 @@ def register(subs: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    config, config_path = load_launch_args(args.launch_args)
     snapshot = load_snapshot(args.snapshot) if args.snapshot else None
-    report = check_config(
-        config,
-        snapshot=snapshot,
+    request = from_launch_args(
+        args.launch_args,
+        origin="llamafactory-rocm check",
         gpu=args.gpu,
         arch=args.arch,
-        config_path=config_path,
+        snapshot=snapshot,
         accept=args.accept,
-        env=check_env(snapshot, world_env(args.nodes, args.gpus_per_node)),
+        planned_world=world_env(args.nodes, args.gpus_per_node),
     )
+    report = run_check(request)
     if args.json:
         print(json.dumps(report.as_json(), indent=2, default=str))
     else:
         print(report_text(report))
     return EXIT_OK if report.ok else EXIT_FINDINGS
-
-
-def check_env(snapshot: Snapshot | None, planned_world: dict[str, str]) -> dict[str, str]:
-    """The environment the rules read: the recorded snapshot's, else this shell's relevant variables and
-    the world/RCCL/Ray ones (``rules.world``); ``--nodes``/``--gpus-per-node`` on top."""
-    if snapshot is not None:
-        return {**snapshot.env, **planned_world}
-    from ..machine.probe import relevant_env
-    from ..rules.world import WORLD_ENV_VARS
-
-    here = {name: os.environ[name] for name in WORLD_ENV_VARS if name in os.environ}
-    return {**relevant_env(), **here, **planned_world}
 
 
 def load_snapshot(path: str) -> Snapshot:

@@ -15,9 +15,12 @@ from .info import INFO_FILE, load_dataset_info
 from .validate import CheckOptions, DatasetReport, max_dropped_from_env, rows, validate_entry
 
 
-def config_dataset_findings(config: Mapping[str, Any], cwd: Path) -> tuple[dict[str, Any], list[Finding]]:
-    """Point dataset_dir at the bundled folder when only it has the datasets, then check each local
-    dataset as LLaMA-Factory will load and convert it. Returns the (possibly updated) config and findings."""
+def config_dataset_findings(
+    config: Mapping[str, Any], cwd: Path, *, read_rows: bool = True
+) -> tuple[dict[str, Any], list[Finding]]:
+    """Point dataset_dir at the bundled folder when only it has the datasets, then (``read_rows``) check
+    each local dataset as LLaMA-Factory will load and convert it. Returns the (possibly updated) config
+    and findings. Without ``read_rows`` only the folder is resolved: cheap, and the same on every rank."""
     config = dict(config)
     names = list(dict.fromkeys(dataset_names(config.get("dataset")) + dataset_names(config.get("eval_dataset"))))
     if not names:
@@ -41,6 +44,8 @@ def config_dataset_findings(config: Mapping[str, Any], cwd: Path) -> tuple[dict[
             config["dataset_dir"] = str(bundled)
             findings.append(_bundled_finding(raw_dir, folder, bundled, names))
             folder, info = bundled, bundled_info
+    if not read_rows:
+        return config, findings
     options = CheckOptions(
         max_errors=1,
         progress=False,

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping
 from functools import cache, lru_cache
 from typing import Any
 
-from .verdict import DeviceAnswers, Verdict, _device_answers, _quiet, _restored_environ, parser_verdict
+from .verdict import DeviceAnswers, Verdict, _quiet, _restored_environ, device_answers_patched, parser_verdict
 
 COMMANDS = ("train", "export", "chat", "api", "webchat", "eval")
 INFER_COMMANDS = frozenset({"export", "chat", "api", "webchat"})
@@ -165,7 +165,7 @@ def command_verdict(config: Mapping[str, Any], command: str, answers: DeviceAnsw
         return parser_verdict(config, answers)
     parser = _parser_module()
     args = dict(config)
-    with _restored_environ(), _quiet(), _device_answers(answers), _planned_backends(answers is not None):
+    with _restored_environ(), _quiet(), device_answers_patched(answers), _planned_backends(answers is not None):
         try:
             if command == "export":
                 with _stop_before_loading() as export_model, contextlib.suppress(_ReachedModelLoad):

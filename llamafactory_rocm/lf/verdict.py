@@ -53,7 +53,7 @@ def parser_verdict(config: Mapping[str, Any], answers: DeviceAnswers | None = No
     args = dict(config)
     if answers is not None:
         args.pop("deepspeed", None)
-    with _restored_environ(), _quiet(), _device_answers(answers):  # environ saved before _quiet sets it
+    with _restored_environ(), _quiet(), device_answers_patched(answers):  # environ saved before _quiet sets it
         try:
             get_train_args(args)
         except SystemExit as exc:  # argparse-style exits inside the parser
@@ -93,7 +93,7 @@ def _quiet() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _device_answers(answers: DeviceAnswers | None) -> Iterator[None]:
+def device_answers_patched(answers: DeviceAnswers | None) -> Iterator[None]:
     """Swap in the target's answers where transformers and LLaMA-Factory ask the device."""
     if answers is None:
         yield
@@ -105,6 +105,10 @@ def _device_answers(answers: DeviceAnswers | None) -> Iterator[None]:
         (hf_args, "is_torch_bf16_gpu_available", lambda: answers.bf16),
         (lf_parser, "is_torch_bf16_gpu_available", lambda: answers.bf16),
         (hf_args, "is_torch_tf32_available", lambda: answers.tf32),
+        # Packages are the target's to install (PACKAGE_REQUIRED says which): LLaMA-Factory's own version
+        # check (extras/misc.py check_version, called by _check_extra_dependencies) answers for the target,
+        # and every cross-field rule of the parser still runs on the whole config.
+        (lf_parser, "check_version", lambda *args, **kwargs: None),
     ]
     saved = [(module, name, getattr(module, name)) for module, name, _ in patches if hasattr(module, name)]
     try:

@@ -24,7 +24,7 @@ import json
 import os
 import socket
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -184,12 +184,26 @@ def _accepted() -> bool:
 
 
 class NodeAgreement(TrainerCallback):
-    """Compares every rank's ``node_facts`` once, before the first step; only when world size > 1."""
+    """Compares every rank's ``node_facts`` once, before the first step; only when world size > 1.
 
-    def __init__(self, config: Mapping[str, Any], snapshot: Snapshot) -> None:
+    The same collective tells where the record is: the world's rank 0 adds every node's facts to its
+    record (``record``), and each node's first rank that cannot see that file in its own output_dir (the
+    nodes do not share it) writes that node's own record (``node_record(node)``).
+    """
+
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        snapshot: Snapshot,
+        record: Path | None = None,
+        node_record: Callable[[int], Path | None] | None = None,
+    ) -> None:
         seam = os.environ.get(SNAPSHOT_ENV)
         self.snapshot = Snapshot.load(seam) if seam else snapshot
         self.facts = node_facts(config, self.snapshot)
+        self.output_dir = Path(str(config.get("output_dir", "trainer_output")))
+        self.record = record
+        self.node_record = node_record
         self.checked = False
 
     # The Trainer has just been built: the process group is live and the model is not yet wrapped
@@ -209,20 +223,47 @@ class NodeAgreement(TrainerCallback):
             return
         self.checked = True
         world = dist.get_world_size()
-        digests: list[Any] = [None] * world
-        dist.all_gather_object(digests, facts_digest(self.facts))
-        if len(set(digests)) == 1:
-            return
-        peers: list[Any] = [None] * world  # only when they differ: the facts themselves, to name them
-        mine = {"node": _node_index(), "host": socket.gethostname(), "facts": self.facts}
+        peers: list[Any] = [None] * world
+        mine = {
+            "node": _node_index(),
+            "host": socket.gethostname(),  # named in the disagreement line only; never recorded
+            "facts": self.facts,
+            "record": None if self.record is None else self.record.name,
+        }
         dist.all_gather_object(peers, mine)
+        if len({facts_digest(p["facts"]) for p in peers}) == 1:
+            self.place_records(peers)
+            return
         accepted = _accepted()
         line = disagreement_line(peers, accepted)
         if os.environ.get("LOCAL_RANK", "0") == "0":  # one line in each node's log
             print(line, file=sys.stderr, flush=True)
         if accepted:
+            self.place_records(peers)
             return
         # Every rank got the same answer: leave the group cleanly; a failed tear-down must not hide why.
         with contextlib.suppress(Exception):
             dist.destroy_process_group()
         raise NodesDisagree(line)
+
+    def place_records(self, peers: list[dict[str, Any]]) -> None:
+        """One record per run where the nodes share output_dir; a record per node where they do not."""
+        from ..check.record import add_nodes
+
+        if self.record is not None:  # the world's rank 0
+            add_nodes(self.record, nodes_summary(peers))
+        name = peers[0].get("record")
+        if os.environ.get("LOCAL_RANK", "0") != "0" or os.environ.get("RANK", "0") == "0" or not name:
+            return
+        if not (self.output_dir / name).is_file() and self.node_record is not None:
+            self.node_record(_node_index())
+
+
+def nodes_summary(peers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each node's facts as they agreed, for the record: node index, ranks, versions and devices (no host)."""
+    nodes: dict[int, dict[str, Any]] = {}
+    for rank, peer in enumerate(peers):
+        entry = nodes.setdefault(peer["node"], {"node": peer["node"], "ranks": [], "facts": {}})
+        entry["ranks"].append(rank)
+        entry["facts"] = {k: v for k, v in peer["facts"].items() if k.endswith(("version", "arch", "count"))}
+    return [nodes[n] for n in sorted(nodes)]

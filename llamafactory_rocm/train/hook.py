@@ -1,12 +1,23 @@
 """``run_exp`` wrapped: the pre-launch check inside stock LLaMA-Factory, on every rank.
 
-Each rank resolves the same config with the same pure rules (deterministic); only rank 0 prints
-and writes the launch record. When ``llamafactory-rocm train`` already checked and recorded the
-config it launches, the ranks see its digest and stay quiet.
+Resolution apart from side effects:
+
+- every rank builds the same request (LLaMA-Factory's own ``read_args`` on the same argv or dict) and
+  resolves it with the same pure rules, so every rank trains the same resolved config;
+- under torchrun the costly parts (the data pass, LLaMA-Factory's parser and its launch run dry) run on
+  each node's first rank only (``LOCAL_RANK`` 0); the other ranks run the rules alone. A refusal there
+  stops that rank, and torchrun stops the rest;
+- when ``llamafactory-rocm train`` checked and recorded the config already, the ranks verify its digest
+  and this machine's facts and check nothing again;
+- side effects come after, on the world's rank 0 only: the launch record. One that cannot be written is
+  a warning, never a reason to train something else;
+- if the check itself fails (a bug), every rank takes the same decision: it stops, in one line that names
+  the off switch. No rank trains a config another rank did not.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import inspect
@@ -14,11 +25,12 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..console import say
-from ..errors import EXIT_FINDINGS, EXIT_USAGE, UsageError
+from ..errors import EXIT_FINDINGS, EXIT_INTERNAL, EXIT_USAGE, UsageError
 
 CHECKED_ENV = "LLAMAFACTORY_ROCM_CHECKED"
 # The LLaMA-Factory releases the test-suite runs against (README, "Tested range").
@@ -29,16 +41,37 @@ def config_digest(config: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+# Set by the launcher and torchrun for the ranks, and checked by `train` before: not machine facts.
+_LAUNCH_ENV = frozenset({"FORCE_TORCHRUN", "NPROC_PER_NODE", "NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT"})
+
+
+def machine_digest(snapshot: Any) -> str:
+    """The lasting machine facts the rules read: torch build, devices, KFD targets, packages, environment
+    (not what changes from one second to the next, such as free memory)."""
+    facts = snapshot.model_dump(mode="json", include={"torch", "kfd_nodes", "packages", "env"})
+    facts["devices"] = [(d.index, d.name, d.arch_name, d.total_memory_bytes) for d in snapshot.devices]
+    facts["env"] = {k: v for k, v in facts.get("env", {}).items() if k not in _LAUNCH_ENV}
+    return config_digest(facts)
+
+
+EXIT_DIR_ENV = "LLAMAFACTORY_ROCM_EXIT_DIR"  # set by `train`: each rank notes why it stopped
+
+
+def note_exit(code: object) -> None:
+    """torchrun turns every failed rank into exit 1; `train` reads the rank's own code from here."""
+    folder = os.environ.get(EXIT_DIR_ENV)
+    if folder and isinstance(code, int) and code:
+        with contextlib.suppress(OSError):
+            Path(folder, f"rank{os.environ.get('RANK', '0')}").write_text(str(code), encoding="utf-8")
+
+
+def checked_token(config: dict[str, Any], snapshot: Any) -> str:
+    """What ``train`` hands to the ranks: the resolved config's digest and the machine's."""
+    return f"{config_digest(config)}:{machine_digest(snapshot)}"
+
+
 def is_rank0() -> bool:
     return os.environ.get("RANK", "0") == "0"
-
-
-def _origin(args: object, raw: object) -> tuple[str, str | None]:
-    if args is None and isinstance(raw, list):
-        return "LLaMA-Factory flags (hook)", None
-    if args is None and len(sys.argv) > 1 and sys.argv[1].endswith((".yaml", ".yml", ".json")):
-        return "llamafactory-cli train (hook)", sys.argv[1]
-    return "run_exp (hook)", None
 
 
 def wrap_run_exp(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -57,64 +90,109 @@ def wrap_run_exp(original: Callable[..., Any]) -> Callable[..., Any]:
 
         quiet_by_default()  # LLaMA-Factory is imported by now: lowers its loggers, one-line data example
         try:
+            return checked_run(args, callbacks)
+        except SystemExit as stop:
+            note_exit(stop.code)
+            raise
+
+    def checked_run(args: dict[str, Any] | None, callbacks: list[Any] | None) -> Any:
+        try:
             prepared = prepare(args)
         except SystemExit:
             raise
         except UsageError as err:  # bad flags or a bad LLAMAFACTORY_ROCM_ACCEPT: the user's to fix
             say(str(err))
             raise SystemExit(EXIT_USAGE) from None
-        except Exception as exc:  # a bug or an unexpected LLaMA-Factory: never block training
-            say(f"pre-launch check skipped ({type(exc).__name__}: {exc}); training continues unchecked.")
-            return original(args, callbacks)
+        except Exception as exc:  # the check itself failed: the same decision on every rank
+            if os.environ.get("LLAMAFACTORY_ROCM_DEBUG"):
+                raise
+            say(
+                f"the pre-launch check failed ({type(exc).__name__}: {exc}), so nothing was trained. Set "
+                "LLAMAFACTORY_ROCM=0 to train without the check, or LLAMAFACTORY_ROCM_DEBUG=1 for the traceback, "
+                "and please report it."
+            )
+            raise SystemExit(EXIT_INTERNAL) from None
         if prepared is None:
             return original(args, callbacks)
-        config, guard, report_lines = prepared
-        from .board import board_callback
-        from .summary import SummaryCallback
-
-        summary = SummaryCallback()
-        from .agreement import NodeAgreement
-
-        agreement = NodeAgreement(config, guard.snapshot)  # every node agrees before step 1 (world size > 1)
-        board = board_callback(report_lines)  # LlamaBoard's run log gets the findings too
-        result = original(config, [*(callbacks or []), guard, agreement, summary, board])
-        summary.report()  # after run_exp: LLaMA-Factory saves the model and the loss plot after the last callback
-        return result
+        return prepared.run(original, callbacks)
 
     run_exp.__llamafactory_rocm__ = True  # type: ignore[attr-defined]
     return run_exp
 
 
-def prepare(args: dict[str, Any] | list[str] | None) -> tuple[dict[str, Any], Any, list[str]] | None:
-    """Check and rewrite; return (resolved config, guard callback, report lines), or None to step aside."""
-    from llamafactory.hparams import read_args
+@dataclass
+class Prepared:
+    """The resolved config and the callbacks that watch it train."""
 
-    raw = read_args(args)
-    if isinstance(raw, list) and ("-h" in raw or "--help" in raw):
-        return None  # help: LLaMA-Factory prints its own
+    config: dict[str, Any]
+    snapshot: Any
+    report: Any = None  # None: `llamafactory-rocm train` checked and recorded it
+    report_lines: list[str] = field(default_factory=list)
+    record: Path | None = None
+
+    def run(self, original: Callable[..., Any], callbacks: list[Any] | None) -> Any:
+        from .agreement import NodeAgreement
+        from .board import board_callback
+        from .guard import DivergenceGuard
+        from .summary import SummaryCallback
+
+        summary = SummaryCallback()
+        # Every node agrees before step 1 (world size > 1); the world's rank 0 adds every node's facts to
+        # its record, and a node that cannot see that record (no shared output_dir) writes its own.
+        agreement = NodeAgreement(self.config, self.snapshot, record=self.record, node_record=self.node_record)
+        board = board_callback(self.report_lines)  # LlamaBoard's run log gets the findings too
+        guard = DivergenceGuard(self.snapshot)
+        result = original(self.config, [*(callbacks or []), guard, agreement, summary, board])
+        summary.report()  # after run_exp: LLaMA-Factory saves the model and the loss plot after the last callback
+        return result
+
+    def node_record(self, node: int) -> Path | None:
+        """This node's own record, where it does not share rank 0's output_dir; None without a report."""
+        if self.report is None:
+            return None
+        return write_record(self.report, node=node)
+
+
+def write_record(report: Any, node: int | None = None) -> Path | None:
+    """The launch record; one that cannot be written is a warning (the resolved config trains regardless)."""
     from ..check.record import write_launch_files
-    from ..check.render import report_text
-    from ..check.run import check_config
-    from ..findings import ACCEPT_ENV
-    from ..lf.schema import load_schema
-    from .guard import DivergenceGuard
 
-    origin, config_path = _origin(args, raw)
-    # The --key value form, read by LLaMA-Factory's own parser; each rank reads the same argv.
-    config = load_schema().flags_to_config(raw) if isinstance(raw, list) else raw
-    if not isinstance(config, dict):
+    output_dir = Path(str(report.config.get("output_dir", "trainer_output")))
+    try:
+        _, record = write_launch_files(report, output_dir, report.origin, node=node)
+    except OSError as exc:
+        say(f"warning: the launch record could not be written in {output_dir} ({exc}); training goes on unchanged.")
         return None
-    already_checked = os.environ.get(CHECKED_ENV) == config_digest(config)
-    report = check_config(config, config_path=config_path, plan_without_gpu=False, accept=os.environ.get(ACCEPT_ENV))
+    return record
+
+
+def prepare(args: dict[str, Any] | list[str] | None) -> Prepared | None:
+    """Check and rewrite; return what to train and how to watch it, or None to step aside (``--help``)."""
+    from ..check.render import report_text
+    from ..check.request import Depth, from_run_exp
+    from ..check.run import run_check
+    from ..machine.probe import take_snapshot
+
+    request = from_run_exp(args)
+    if request is None:
+        return None
+    snapshot = take_snapshot()
+    if os.environ.get(CHECKED_ENV) == checked_token(request.config, snapshot):
+        # `llamafactory-rocm train` checked and recorded this very config on this machine: trust it.
+        return Prepared(request.config, snapshot)
+    depth = Depth.FULL if os.environ.get("LOCAL_RANK", "0") == "0" else Depth.RULES
+    from dataclasses import replace
+
+    report = run_check(replace(request, snapshot=snapshot, depth=depth))
     os.environ.update(report.resolution.env_changes)
     text = report_text(report)
-    if is_rank0() and not already_checked and (report.findings or not report.ok):
+    if is_rank0() and (report.findings or not report.ok):
         print(text, file=sys.stderr, flush=True)
     if not report.ok:
         raise SystemExit(EXIT_FINDINGS)
-    if os.environ.get("LOCAL_RANK", "0") == "0" and not already_checked:  # each node's own disk gets a record
-        output_dir = Path(str(report.config.get("output_dir", "trainer_output")))
-        _, record = write_launch_files(report, output_dir, origin)
-        if report.findings:
-            say(f"launch record written to {record}")
-    return report.config, DivergenceGuard(report.snapshot), ["llamafactory-rocm: pre-launch check", *text.splitlines()]
+    record = write_record(report) if is_rank0() else None
+    if record is not None and report.findings:
+        say(f"launch record written to {record}")
+    return Prepared(
+        report.config, snapshot, report, ["llamafactory-rocm: pre-launch check", *text.splitlines()], record
+    )

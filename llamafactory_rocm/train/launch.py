@@ -10,16 +10,18 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from .. import _startup
-from ..check.config_io import load_config, load_launch_args
+from ..check.config_io import dump_yaml, load_config
 from ..check.record import write_launch_files
 from ..check.render import report_text
-from ..check.run import Report, check_config
-from ..errors import EXIT_FINDINGS, EXIT_OK
+from ..check.request import from_launch_args
+from ..check.run import Report, run_check
+from ..errors import EXIT_DIVERGED, EXIT_FINDINGS, EXIT_INTERNAL, EXIT_NODES_DISAGREE, EXIT_OK, EXIT_USAGE
 from ..lf.text_only import text_only_llamafactory
-from .hook import CHECKED_ENV, config_digest
+from .hook import CHECKED_ENV, EXIT_DIR_ENV, checked_token
 
 
 def prepare_training(
@@ -27,28 +29,22 @@ def prepare_training(
     gpu: str | None = None,
     arch: str | None = None,
     accept: str | None = None,
+    origin: str = "llamafactory-rocm train",
 ) -> Report:
     """Check what ``llamafactory-cli train`` would get (``cfg.yaml key=value ...`` or ``--key value ...``)
     on this machine: a named target is a requirement here, not a plan."""
-    if isinstance(launch_args, (str, Path)):  # a config file alone
-        launch_args = [str(launch_args)]
-    config, config_path = load_launch_args(launch_args)
-    return check_config(
-        config, config_path=config_path, gpu=gpu, arch=arch, plan_without_gpu=False, accept=accept or _env_accept()
-    )
-
-
-def _env_accept() -> str | None:
-    from ..findings import ACCEPT_ENV
-
-    return os.environ.get(ACCEPT_ENV)
+    request = from_launch_args(launch_args, origin=origin, gpu=gpu, arch=arch, accept=accept, plan=False)
+    return run_check(request)
 
 
 HANDED_OVER = False  # True once LLaMA-Factory runs: its errors are its own, shown as it shows them
+# torchrun reports any failed rank as exit 1; the ranks' own codes, most telling first (README, exit codes).
+_RANK_CODES = (EXIT_NODES_DISAGREE, EXIT_DIVERGED, EXIT_INTERNAL, EXIT_USAGE, EXIT_FINDINGS)
 
 
 def hand_over(resolved_yaml: Path) -> int:
-    """Run LLaMA-Factory's launcher on ``resolved_yaml`` in this process; return its exit code."""
+    """Run LLaMA-Factory's launcher on ``resolved_yaml`` in this process; return its exit code, or the
+    failed rank's own code when torchrun ran the ranks."""
     global HANDED_OVER
     HANDED_OVER = True
     _startup.install(force=True)  # guard + torchaudio fallback even with LLAMAFACTORY_ROCM=0
@@ -59,12 +55,16 @@ def hand_over(resolved_yaml: Path) -> int:
         from llamafactory import launcher
     saved_argv = sys.argv
     sys.argv = ["llamafactory-cli", "train", str(resolved_yaml)]
-    try:
-        launcher.launch()
-    except subprocess.CalledProcessError as exc:  # torchrun child failed; it printed why
-        return exc.returncode or 1
-    finally:
-        sys.argv = saved_argv
+    with tempfile.TemporaryDirectory(prefix="llamafactory-rocm-exit-") as exits:
+        os.environ[EXIT_DIR_ENV] = exits
+        try:
+            launcher.launch()
+        except subprocess.CalledProcessError as exc:  # a torchrun child failed; it printed why
+            codes = {int(p.read_text()) for p in Path(exits).iterdir() if p.read_text().strip().isdigit()}
+            return next((code for code in _RANK_CODES if code in codes), exc.returncode or 1)
+        finally:
+            sys.argv = saved_argv
+            os.environ.pop(EXIT_DIR_ENV, None)
     return EXIT_OK
 
 
@@ -75,13 +75,21 @@ def train(
     accept: str | None = None,
     origin: str = "llamafactory-rocm train",
 ) -> int:
-    report = prepare_training(launch_args, gpu, arch, accept)
+    report = prepare_training(launch_args, gpu, arch, accept, origin)
     print(report_text(report), flush=True)
     if not report.ok:
         return EXIT_FINDINGS
     output_dir = Path(str(report.config.get("output_dir", "trainer_output")))
-    resolved, record = write_launch_files(report, output_dir, origin)
-    print(f"\nlaunch record: {record}\nresolved config: {resolved}\n", flush=True)
+    try:
+        resolved, record = write_launch_files(report, output_dir, report.origin)
+        print(f"\nlaunch record: {record}\nresolved config: {resolved}\n", flush=True)
+    except OSError as exc:  # a warning: the resolved config trains regardless, from a file elsewhere
+        resolved = Path(tempfile.mkdtemp(prefix="llamafactory-rocm-")) / "rocm_resolved.yaml"
+        resolved.write_text(dump_yaml(report.config), encoding="utf-8")
+        print(f"\nwarning: the launch record could not be written in {output_dir} ({exc}); training goes on.\n")
     os.environ.update(report.resolution.env_changes)
-    os.environ[CHECKED_ENV] = config_digest(load_config(resolved))
+    from ..machine.probe import take_snapshot
+
+    # The ranks trust this check when they read the same config on the same machine (train/hook.py).
+    os.environ[CHECKED_ENV] = checked_token(load_config(resolved), take_snapshot())
     return hand_over(resolved)

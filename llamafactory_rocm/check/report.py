@@ -1,0 +1,49 @@
+"""What a check returns: the input, the resolution (config, environment, findings), the machine and target."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..findings import Finding
+from ..machine.snapshot import Snapshot
+from ..rules import Resolution, Target
+
+
+@dataclass(frozen=True)
+class Report:
+    input_config: dict[str, Any]
+    resolution: Resolution
+    snapshot: Snapshot
+    target: Target | None
+    config_path: str | None = None
+    env_before: dict[str, str] = field(default_factory=dict)
+    origin: str = "check_config"
+    depth: str = "full"
+    # the dry run's counts: rows LLaMA-Factory trains on, the checkpoint it resumes from (lf/dry_run.py)
+    train_rows: int | None = None
+    resume_step: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.resolution.ok
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self.resolution.config
+
+    @property
+    def findings(self) -> list[Finding]:
+        return self.resolution.findings
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "findings": [
+                {"code": f.code, "level": f.level.value, "message": f.message, "fix": f.fix} for f in self.findings
+            ],
+            "config": self.config,
+            "env_changes": self.resolution.env_changes,
+            "target": None if self.target is None else self.target.__dict__,
+            "snapshot_source": self.snapshot.source,
+        }

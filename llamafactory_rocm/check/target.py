@@ -1,0 +1,90 @@
+"""The GPU a config is meant for, and the machine a plan is checked against when that GPU is not here."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from ..errors import UsageError
+from ..machine.catalogue import Catalogue, base_arch, load_catalogue
+from ..machine.snapshot import Device, KfdNode, Snapshot, TorchBuild
+from ..rules import Target
+
+# A preset's first line, kept by `presets copy`: `# llamafactory-rocm: target gpu=mi300x arch=gfx942 gpus=1`.
+TARGET_HEADER = "# llamafactory-rocm: target"
+
+
+def header_target(config_path: str | Path) -> dict[str, str]:
+    """The ``key=value`` pairs of a config file's target header, or {} (also for unreadable files)."""
+    try:
+        with open(config_path, encoding="utf-8") as handle:
+            head = [handle.readline() for _ in range(5)]
+    except (OSError, UnicodeDecodeError):
+        return {}
+    for line in head:
+        if line.startswith(TARGET_HEADER):
+            pairs = (item.partition("=") for item in line[len(TARGET_HEADER) :].split())
+            return {key: value for key, eq, value in pairs if eq}
+    return {}
+
+
+def resolve_target(
+    gpu: str | None = None,
+    arch: str | None = None,
+    config_path: str | Path | None = None,
+    catalogue: Catalogue | None = None,
+) -> Target | None:
+    """The GPU the user means: ``--gpu``/``--arch``, else the config's target header, else a
+    preset-style file name (a guess: a copied preset keeps its header, not always its name)."""
+    catalogue = catalogue or load_catalogue()
+    if gpu and arch:
+        raise UsageError("give --gpu or --arch, not both.")
+    if gpu:
+        return _gpu_target(gpu, "--gpu", catalogue)
+    if arch:
+        if catalogue.arch(arch) is None:
+            near = catalogue.nearest_target(arch)
+            hint = f" Did you mean {near}?" if near else ""
+            raise UsageError(f"unknown arch {arch!r}.{hint} Known: {', '.join(sorted(catalogue.archs))}.")
+        return Target(arch=base_arch(arch), alias=None, named_by="--arch")
+    if config_path is None:
+        return None
+    header = header_target(config_path)
+    name = Path(config_path).name
+    if header.get("gpu"):
+        return _gpu_target(header["gpu"], f"the target line of {name}", catalogue)
+    if header.get("arch") and catalogue.arch(header["arch"]) is not None:
+        return Target(arch=base_arch(header["arch"]), alias=None, named_by=f"the target line of {name}")
+    stem = Path(config_path).stem
+    found = catalogue.gpu(stem.split("_")[0]) if "_" in stem else None
+    if found is not None:
+        product, info = found
+        return Target(arch=info.target, alias=product.alias, named_by=f"file name {name}")
+    return None
+
+
+def _gpu_target(gpu: str, named_by: str, catalogue: Catalogue) -> Target:
+    found = catalogue.gpu(gpu)
+    if found is None:
+        near = ", ".join(catalogue.nearest_aliases(gpu)) or ", ".join(catalogue.aliases()[:6])
+        raise UsageError(
+            f"unknown GPU {gpu!r} ({named_by}); nearest known: {near}. See `llamafactory-rocm presets list`."
+        )
+    product, info = found
+    return Target(arch=info.target, alias=product.alias, named_by=named_by)
+
+
+def planned_snapshot(target: Target, env: Mapping[str, str], catalogue: Catalogue | None = None) -> Snapshot:
+    """A snapshot of the machine the user plans to rent: one device of the target, official wheel."""
+    catalogue = catalogue or load_catalogue()
+    info = catalogue.archs[target.arch]
+    product = next((p for p in info.products if p.alias == target.alias), info.products[0] if info.products else None)
+    memory = int((product.vram_gib if product else 0) * 2**30)
+    return Snapshot(
+        source=f"planned: {target.alias or target.arch} from the catalogue",
+        torch=TorchBuild(version="planned+rocm", hip="planned", arch_list=list(catalogue.official_torch_wheel_archs)),
+        devices=[Device(index=0, name=product.name if product else target.arch, arch_name=target.arch,
+                        total_memory_bytes=memory, is_integrated=bool(product and product.integrated))],
+        kfd_nodes=[KfdNode(node=1, gfx_target_version=info.gfx_target_version or 0)],
+        env=dict(env),
+    )  # fmt: skip
