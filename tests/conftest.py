@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from llamafactory_rocm.lf.keys import train_keys
+from llamafactory_rocm.lf.schema import train_keys
 from llamafactory_rocm.machine.catalogue import load_catalogue
 from llamafactory_rocm.machine.snapshot import Snapshot
 from llamafactory_rocm.resources import datasets_dir

@@ -183,15 +183,34 @@ def test_two_nodes_train_with_identical_rewrites_and_one_record_per_node(tiny_mo
         assert f"Multi-node training enabled: num nodes: 2, node rank: {rank}" in log
     assert not any("NODES_DISAGREE" in log for log in logs)
     outs = [tmp_path / f"node{rank}" / "out" for rank in (0, 1)]
-    for out in outs:  # each node's first rank writes its own record, on its own disk
-        assert sorted(p.name for p in out.glob("rocm_launch*.json")) == ["rocm_launch.json"]
+    # Not a shared output_dir: the world's rank 0 writes the run's record, and node 1's first rank, which
+    # cannot see it, writes its node's own.
+    assert sorted(p.name for p in outs[0].glob("rocm_launch*.json")) == ["rocm_launch.json"]
+    assert sorted(p.name for p in outs[1].glob("rocm_launch*.json")) == ["rocm_launch.node1.json"]
     records = [latest_record(out) for out in outs]
+    assert [n["node"] for n in records[0]["nodes"]] == [0, 1]  # every node's facts, from the agreement
     resolved = [{k: v for k, v in r["resolved_config"].items() if k != "output_dir"} for r in records]
     assert resolved[0] == resolved[1] and resolved[0]["use_cpu"] is True  # the same rewrites on both
     codes_said = [sorted(f["code"] for f in record["findings"]) for record in records]
     assert codes_said[0] == codes_said[1]
     assert (outs[0] / "adapter_model.safetensors").is_file()  # global rank 0 saves the adapter
     assert json.loads((outs[0] / "trainer_state.json").read_text())["global_step"] == 2
+
+
+@pytest.mark.trainer
+def test_two_nodes_sharing_an_output_dir_train_and_write_one_record(tiny_model, tmp_path):
+    """On a cluster the output_dir is usually on a shared filesystem: one record, by the world's rank 0."""
+    from llamafactory_rocm.check.record import latest_record
+
+    shared = tmp_path / "shared"
+    configs = tuple(node_config(tiny_model, tmp_path, rank, output_dir=str(shared)) for rank in (0, 1))
+    codes, logs, _ = two_nodes(tmp_path, configs)
+    assert codes == [EXIT_OK, EXIT_OK], logs[0][-3000:] + logs[1][-3000:]
+    assert sorted(p.name for p in shared.glob("rocm_launch*.json")) == ["rocm_launch.json"]
+    record = latest_record(shared)
+    assert [n["node"] for n in record["nodes"]] == [0, 1] and record["nodes"][1]["ranks"] == [1]
+    assert "host" not in json.dumps(record["nodes"])  # no host name in a record
+    assert json.loads((shared / "trainer_state.json").read_text())["global_step"] == 2
 
 
 @pytest.mark.trainer
@@ -249,7 +268,7 @@ def test_check_refuses_a_global_batch_the_deepspeed_json_does_not_make(capsys, c
     code, out = check(capsys, str(written[0]), "per_device_train_batch_size=16", "--nodes", "2", "--gpus-per-node", "8")
     assert code == EXIT_FINDINGS
     (line,) = [ln for ln in out.splitlines() if "GLOBAL_BATCH_MISMATCH" in ln and "[error]" in ln]
-    assert "train_batch_size 128 (the config makes 256)" in line
+    assert "ds train_batch_size=128 vs hf train_batch_size (calculated)=256" in line  # transformers' words
     assert "16 x gradient_accumulation_steps 1 x world 16 (2 nodes x 8) = 256" in line
 
 

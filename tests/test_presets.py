@@ -14,7 +14,7 @@ import yaml
 from llamafactory_rocm import presets
 from llamafactory_rocm.errors import UsageError
 from llamafactory_rocm.findings import Level
-from llamafactory_rocm.lf.keys import train_keys
+from llamafactory_rocm.lf.schema import train_keys
 from llamafactory_rocm.preset_registry import PRESETS
 from llamafactory_rocm.resources import presets_dir
 from tests.conftest import offline_env

@@ -268,3 +268,30 @@ def test_llamaboards_run_log_keeps_llamafactorys_lines_and_gets_the_findings_and
     text = "\n".join(on)
     assert "PRECISION_CPU_FP16" in text, text[-2000:]  # fp16 on a CPU: the finding is in the log
     assert "llamafactory-rocm: training summary" in text and "launch record" in text
+
+
+def test_a_record_that_cannot_be_written_is_a_warning_and_the_resolved_config_still_trains(tiny_model, tmp_path):
+    """Resolution apart from side effects: the record fails on rank 0, the rank trains the resolved config."""
+    out = tmp_path / "out"
+    config = tiny_train_config(tiny_model, out, **BLOG_KEYS)
+    script = tmp_path / "run.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import llamafactory_rocm.check.record as record
+
+            def refuse(*args, **kwargs):
+                raise PermissionError(13, "Permission denied", "rocm_launch.json")
+
+            record.write_launch_files = refuse
+            from llamafactory.train.tuner import run_exp
+            run_exp({config!r})
+            """
+        )
+    )
+    result = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=offline_env(tmp_path), capture_output=True,
+                            text=True)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "warning: the launch record could not be written" in result.stderr
+    assert_trained_in_bf16_and_learned(out)  # the blog config's fp16 was rewritten: what trained is resolved
+    assert not list(out.glob("rocm_launch*.json"))

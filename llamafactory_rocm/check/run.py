@@ -6,23 +6,31 @@ LLaMA-Factory's own ``get_train_args`` judges the result, and LLaMA-Factory's la
 (lf/dry_run.py). The rules run again with the dry run's row count, for the world plan. A request at
 ``Depth.RULES`` (a rank whose node's first rank checks fully) runs the pure rules only: the resolved
 config is the same on every rank because resolution is deterministic; only the costly parts are skipped.
+
+``request.command`` routes the check (lf/commands.py): ``train`` as above; ``export``, ``chat``, ``api``,
+``webchat`` and ``eval`` run their own rules (``rules_for``) and LLaMA-Factory's own parser for that
+command (``command_verdict``: ``export_model`` up to its first load, ``get_infer_args``, ``get_eval_args``);
+no data pass, no dry launch (docs/after-training.md#t8).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Mapping
+import os
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from ..findings import Finding, Level, has_errors
 from ..lf.schema import load_schema
-from ..lf.verdict import DeviceAnswers, parser_verdict
+from ..lf.commands import COMMANDS, command_keys, command_verdict
+from ..lf.verdict import DeviceAnswers
 from ..machine.catalogue import load_catalogue
 from ..machine.probe import installed_distributions
 from ..machine.snapshot import Snapshot
 from ..memory import model_config_for
-from ..rules import Context, Resolution, resolve
+from ..rules import Context, Resolution, resolve, rules_for
 from .outputs import existing_outputs, resume_checkpoint
 from .report import Report
 from .request import CheckRequest, Depth, accepted_codes
@@ -64,8 +72,9 @@ def device_answers(snapshot: Snapshot) -> DeviceAnswers | None:
     return DeviceAnswers(label=label, bf16=rocm or snapshot.torch.kind == "cuda", tf32=snapshot.torch.kind == "cuda")
 
 
-def llamafactory_verdict(config: Mapping[str, Any], ctx: Context) -> list[Finding]:
-    """LLaMA-Factory's own get_train_args on the resolved config, as one finding when it refuses."""
+def llamafactory_verdict(config: Mapping[str, Any], ctx: Context, command: str = "train") -> list[Finding]:
+    """LLaMA-Factory's own parser for ``command`` on the resolved config (get_train_args for train), as one
+    finding when it refuses."""
     answers = device_answers(ctx.snapshot)
     parsed = dict(config)
     notes: list[Finding] = []
@@ -78,17 +87,18 @@ def llamafactory_verdict(config: Mapping[str, Any], ctx: Context) -> list[Findin
                 fix="Run check again on the machine that trains: it then asks the real device.",
             )
         )
-    verdict = parser_verdict(parsed, answers)
+    verdict = command_verdict(parsed, command, answers)
     if verdict.accepted:
         return notes
+    which = "" if command == "train" else f" for `llamafactory-cli {command}`"
     return [
         *notes,
         Finding(
             code="LLAMAFACTORY_REFUSED",
             level=Level.ERROR,
             old=verdict.error_type,
-            message=f"LLaMA-Factory's own argument check refuses this config: {verdict.message}",
-            fix=refusal_fix(verdict.message),
+            message=f"LLaMA-Factory's own argument check{which} refuses this config: {verdict.message}",
+            fix=refusal_fix(verdict.message, command),
         ),
     ]
 
@@ -104,10 +114,20 @@ _REFUSAL_FIXES = (
     ("Quantization", "quantization_bit needs finetuning_type: lora (or oft)."),
     ("FORCE_TORCHRUN", "Set FORCE_TORCHRUN=1 in the environment to launch DeepSpeed through torchrun."),
     ("distribution was not found", "Install the package LLaMA-Factory names, or remove the key that needs it."),
+    (
+        "only available for API, CLI and Web",
+        "infer_backend is read by chat, api and webchat: check this config with --for chat, or remove infer_backend.",
+    ),
+    ("export_dir", "Add export_dir: a new folder for the merged model."),
 )
 
 
-def refusal_fix(message: str) -> str:
+def refusal_fix(message: str, command: str = "train") -> str:
+    if command != "train" and "not used by the HfArgumentParser" in message:
+        return (
+            f"Remove the keys LLaMA-Factory names: `llamafactory-cli {command}` does not read them (training keys "
+            "belong in the training config; --for names another command)."
+        )
     for words, fix in _REFUSAL_FIXES:
         if words.lower() in message.lower():
             return fix
@@ -162,7 +182,15 @@ def dry_launch_findings(config: Mapping[str, Any], snapshot: Snapshot) -> tuple[
 
 
 def run_check(request: CheckRequest) -> Report:
-    """Every rule, then LLaMA-Factory's own argument check and its launch run dry, on ``request``."""
+    """Every rule for ``request.command``, then LLaMA-Factory's own argument check for it, and for train its
+    launch run dry, on ``request``."""
+    command = request.command
+    if command not in COMMANDS:
+        from ..errors import UsageError
+
+        raise UsageError(f"unknown command {command!r}: one of {', '.join(COMMANDS)}.")
+    train = command == "train"
+    rules = rules_for(command)
     catalogue = load_catalogue()
     target = resolve_target(request.gpu, request.arch, request.config_path, catalogue)
     snapshot = request.snapshot
@@ -176,9 +204,9 @@ def run_check(request: CheckRequest) -> Report:
     config, path_findings = resolve_deepspeed_path(input_config, request.config_path, Path.cwd())
     from ..dataset import config_dataset_findings
 
-    # Datasets are checked here, before any model is loaded: a broken row fails now, not on the GPU.
-    config, dataset_findings = config_dataset_findings(config, Path.cwd(), read_rows=full)
-    path_findings += dataset_findings
+    if train:  # Datasets are checked here, before any model is loaded: a broken row fails now, not on the GPU.
+        config, dataset_findings = config_dataset_findings(config, Path.cwd(), read_rows=full)
+        path_findings += dataset_findings
     if target is not None and not snapshot.devices and not snapshot.kfd_targets and request.plan:
         snapshot = planned_snapshot(target, env, catalogue)
     schema = load_schema()
@@ -188,29 +216,31 @@ def run_check(request: CheckRequest) -> Report:
         snapshot=view,
         integrated_devices=tuple(view.set_aside),
         catalogue=catalogue,
-        known_keys=schema.keys,
+        known_keys=schema.keys if train else command_keys(command),
         target=target,
-        existing_outputs=existing_outputs(output_dir),
-        resume_checkpoint=resume_checkpoint(output_dir, config),
+        existing_outputs=existing_outputs(output_dir) if train else (),
+        resume_checkpoint=resume_checkpoint(output_dir, config) if train else None,
         model_config=model_config_for(str(config.get("model_name_or_path", ""))),
         extra_findings=(*request.extra_findings, *path_findings),
         schema=schema if schema.parser is not None else None,
         installed=installed_distributions(),
     )
-    resolution = resolve(config, env, ctx)
+    resolution = resolve(config, env, ctx, rules=rules)
     findings = accept_findings(resolution.findings, request.accept)
     dry = None
     if full and not has_errors(findings) and schema.parser is not None:
-        findings += llamafactory_verdict(resolution.config, ctx)
-        if not has_errors(findings) and request.command == "train":
-            dry_findings, dry = dry_launch_findings(resolution.config, ctx.snapshot)
-            if dry.rows and dry.rows.get("train") is not None:  # the world plan, with the rows LF trains on
-                ctx = dataclasses.replace(ctx, train_rows=dry.rows["train"])
-                again = resolve(config, env, ctx)
-                accepted = accept_findings(again.findings, request.accept)
-                findings = accepted + [f for f in findings if f.code in _AFTER_RULES]
-                resolution = again
-            findings += accept_findings(dry_findings, request.accept)
+        with single_process() as judged:
+            findings += llamafactory_verdict(judged(resolution.config), ctx, command)
+            if not has_errors(findings) and train:  # the dry run is LLaMA-Factory's training launch
+                dry_findings, dry = dry_launch_findings(judged(resolution.config), ctx.snapshot)
+    if dry is not None:
+        if dry.rows and dry.rows.get("train") is not None:  # the world plan, with the rows LF trains on
+            ctx = dataclasses.replace(ctx, train_rows=dry.rows["train"])
+            again = resolve(config, env, ctx, rules=rules)
+            accepted = accept_findings(again.findings, request.accept)
+            findings = accepted + [f for f in findings if f.code in _AFTER_RULES]
+            resolution = again
+        findings += accept_findings(dry_findings, request.accept)
     resolution = Resolution(resolution.config, resolution.env, resolution.env_changes, findings)
     return Report(
         input_config=input_config,
@@ -224,6 +254,29 @@ def run_check(request: CheckRequest) -> Report:
         train_rows=None if dry is None or not dry.rows else dry.rows.get("train"),
         resume_step=None if dry is None or dry.resume is None else dry.resume.global_step,
     )
+
+
+# What torchrun gives each rank. With them, transformers' TrainingArguments joins the process group
+# and LLaMA-Factory's get_dataset waits at main_process_first barriers: a check run on one rank only
+# (each node's first) would pair its collectives with the other ranks' real ones and hang the run.
+_DISTRIBUTED_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
+                    "ROLE_WORLD_SIZE", "GROUP_WORLD_SIZE", "TORCHELASTIC_RUN_ID")  # fmt: skip
+
+
+@contextlib.contextmanager
+def single_process() -> Iterator[Callable[[Mapping[str, Any]], dict[str, Any]]]:
+    """LLaMA-Factory's parser and dry run as one process: no process group, no barrier. Under torchrun a
+    ``deepspeed:`` JSON is left to the real launch (its checks want the distributed world)."""
+    distributed = int(os.environ.get("WORLD_SIZE", "1") or 1) > 1
+    saved = {k: os.environ.pop(k) for k in _DISTRIBUTED_ENV if k in os.environ}
+
+    def judged(config: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in config.items() if not (distributed and k == "deepspeed")}
+
+    try:
+        yield judged
+    finally:
+        os.environ.update(saved)
 
 
 # Findings added after the rules (LLaMA-Factory's parser), kept when the rules run again with the rows.

@@ -40,13 +40,6 @@ def shipped_train_keys() -> tuple[str, frozenset[str]]:
     return raw["llamafactory_version"], frozenset(raw["keys"])
 
 
-def train_keys() -> frozenset[str]:
-    """The keys of the installed LLaMA-Factory's parser (``lf_schema``), or the shipped list without it."""
-    from .schema import load_schema
-
-    return load_schema().keys
-
-
 def _write_shipped() -> None:
     from .. import fsutil
 

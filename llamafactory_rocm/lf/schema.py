@@ -286,3 +286,8 @@ def field_defaults() -> dict[str, Any]:
             elif field.default_factory is not dataclasses.MISSING:
                 defaults.setdefault(field.name, field.default_factory())
     return defaults
+
+
+def train_keys() -> frozenset[str]:
+    """The keys of the installed LLaMA-Factory's parser, or the shipped list without it."""
+    return load_schema().keys

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from ..findings import Finding, Level, explain_hint
-from ..lf.keys import train_keys
+from ..lf.schema import train_keys
 from ..rules import Context, resolve
 from ..rules.kernels import flash_attn_gap, version_tuple
 from .catalogue import load_catalogue
