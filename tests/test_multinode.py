@@ -151,7 +151,7 @@ def start_node(rank: int, cwd: Path, config: Path, port: int, **extra: str) -> s
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
 
 
-def two_nodes(tmp_path: Path, configs: tuple[dict, dict], node1_env: dict[str, str] | None = None):
+def two_nodes(tmp_path: Path, configs: tuple[dict, dict], node1_env: dict[str, str] | None = None, **every_node: str):
     port = free_port()
     procs = []
     for rank, config in enumerate(configs):
@@ -159,7 +159,7 @@ def two_nodes(tmp_path: Path, configs: tuple[dict, dict], node1_env: dict[str, s
         node.mkdir()
         path = node / "run.yaml"
         path.write_text(yaml.safe_dump(config, sort_keys=False))
-        procs.append(start_node(rank, node, path, port, **((node1_env or {}) if rank else {})))
+        procs.append(start_node(rank, node, path, port, **every_node, **((node1_env or {}) if rank else {})))
     start = time.perf_counter()
     logs = [p.communicate(timeout=600)[0] for p in procs]
     wall = time.perf_counter() - start
@@ -211,6 +211,23 @@ def test_two_nodes_sharing_an_output_dir_train_and_write_one_record(tiny_model, 
     assert [n["node"] for n in record["nodes"]] == [0, 1] and record["nodes"][1]["ranks"] == [1]
     assert "host" not in json.dumps(record["nodes"])  # no host name in a record
     assert json.loads((shared / "trainer_state.json").read_text())["global_step"] == 2
+
+
+@pytest.mark.trainer
+def test_a_node_whose_ranks_never_arrive_stops_the_others_after_the_timeout_naming_it(tiny_model, tmp_path):
+    """Node 1's check refuses its config (a misspelt key), so its rank never checks in; node 0 does not wait
+    for ddp_timeout: it stops after LLAMAFACTORY_ROCM_NODE_TIMEOUT, naming node 1, with exit code 5."""
+    refused = node_config(tiny_model, tmp_path, 1, lora_rnk=8)
+    started = time.perf_counter()
+    codes, logs, _ = two_nodes(
+        tmp_path, (node_config(tiny_model, tmp_path, 0), refused), LLAMAFACTORY_ROCM_NODE_TIMEOUT="20"
+    )
+    assert "UNKNOWN_KEY" in logs[1] and codes[1] == 1, logs[1][-3000:] + logs[0][-2000:]
+    (line,) = [ln for ln in logs[0].splitlines() if ln.startswith("llamafactory-rocm: NODES_MISSING")]
+    assert "node 1 never arrived within 20 s" in line
+    assert f"exitcode  : {EXIT_NODES_DISAGREE}" in logs[0] and codes[0] == 1  # torchrun's summary, then the CLI's 1
+    assert time.perf_counter() - started < 300
+    assert not list((tmp_path / "node0" / "out").glob("checkpoint-*"))
 
 
 @pytest.mark.trainer

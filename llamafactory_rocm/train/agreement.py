@@ -267,3 +267,68 @@ def nodes_summary(peers: list[dict[str, Any]]) -> list[dict[str, Any]]:
         entry["ranks"].append(rank)
         entry["facts"] = {k: v for k, v in peer["facts"].items() if k.endswith(("version", "arch", "count"))}
     return [nodes[n] for n in sorted(nodes)]
+
+
+# -- every node arrives, or the others stop -------------------------------------------------------------
+TIMEOUT_ENV = "LLAMAFACTORY_ROCM_NODE_TIMEOUT"
+DEFAULT_TIMEOUT_S = 600.0
+MISSING = "NODES_MISSING"
+
+
+def arrival_timeout(environ: Mapping[str, str] | None = None) -> float:
+    """Seconds a rank waits for the other nodes before step 1 (``LLAMAFACTORY_ROCM_NODE_TIMEOUT``)."""
+    value = (os.environ if environ is None else environ).get(TIMEOUT_ENV, "")
+    try:
+        return float(value) if value.strip() else DEFAULT_TIMEOUT_S
+    except ValueError:
+        return DEFAULT_TIMEOUT_S
+
+
+def wait_for_every_node(timeout_s: float | None = None) -> None:
+    """Every rank of a torchrun world checks in before LLaMA-Factory builds anything; a rank still alone
+    after ``timeout_s`` stops with one line naming the nodes that never arrived (exit 5).
+
+    Without it, the ranks that did arrive wait in ``init_process_group`` for ``ddp_timeout``
+    (LLaMA-Factory's examples set 180000000 s) when another node's ranks died before joining (its check
+    refused, an import failed). The check-in goes through torchrun's own store (the agent hosts it at
+    MASTER_ADDR:MASTER_PORT when TORCHELASTIC_USE_AGENT_STORE is True), under keys of this run and restart.
+    A node whose agent never starts is torchrun's own rendezvous to wait for: no worker runs there yet.
+    """
+    environ = os.environ
+    world = int(environ.get("WORLD_SIZE", "1") or 1)
+    if world < 2 or environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return
+    import time
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+
+    timeout_s = arrival_timeout() if timeout_s is None else timeout_s
+    wait = timedelta(seconds=max(timeout_s, 1))
+    store = TCPStore(environ["MASTER_ADDR"], int(environ["MASTER_PORT"]), is_master=False, timeout=wait)
+    run = environ.get("TORCHELASTIC_RUN_ID", "run")
+    prefix = f"llamafactory_rocm/{run}/{environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+    node = _node_index()
+    store.set(f"{prefix}/rank{environ.get('RANK', '0')}", str(node))
+    store.add(f"{prefix}/arrived", 1)
+    deadline = time.monotonic() + timeout_s
+    while store.add(f"{prefix}/arrived", 0) < world:
+        if time.monotonic() > deadline:
+            line = _missing_line(store, prefix, world, timeout_s)
+            if environ.get("LOCAL_RANK", "0") == "0":  # one line in each waiting node's log
+                print(line, file=sys.stderr, flush=True)
+            raise NodesDisagree(line)
+        time.sleep(0.2)
+
+
+def _missing_line(store: Any, prefix: str, world: int, timeout_s: float) -> str:
+    arrived = {int(store.get(f"{prefix}/rank{r}")) for r in range(world) if store.check([f"{prefix}/rank{r}"])}
+    nodes = int(os.environ.get("GROUP_WORLD_SIZE") or os.environ.get("NNODES") or 0) or len(arrived) + 1
+    missing = [n for n in range(nodes) if n not in arrived] or ["(unknown)"]
+    named = ", ".join(f"node {n}" for n in missing)
+    return (
+        f"llamafactory-rocm: {MISSING}: {named} never arrived within {timeout_s:g} s (its ranks stopped or never "
+        f"started), so every rank that did stopped before step 1 instead of waiting for ddp_timeout. Fix: read "
+        f"that node's log for why it stopped, then relaunch every node; {TIMEOUT_ENV} sets the wait "
+        f"(more: llamafactory-rocm explain {MISSING})."
+    )

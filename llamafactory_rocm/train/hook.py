@@ -131,11 +131,12 @@ class Prepared:
     record: Path | None = None
 
     def run(self, original: Callable[..., Any], callbacks: list[Any] | None) -> Any:
-        from .agreement import NodeAgreement
+        from .agreement import NodeAgreement, wait_for_every_node
         from .board import board_callback
         from .guard import DivergenceGuard
         from .summary import SummaryCallback
 
+        wait_for_every_node()  # a node whose ranks died before this point does not hold the others for days
         summary = SummaryCallback()
         # Every node agrees before step 1 (world size > 1); the world's rank 0 adds every node's facts to
         # its record, and a node that cannot see that record (no shared output_dir) writes its own.
@@ -186,7 +187,8 @@ def prepare(args: dict[str, Any] | list[str] | None) -> Prepared | None:
     report = run_check(replace(request, snapshot=snapshot, depth=depth))
     os.environ.update(report.resolution.env_changes)
     text = report_text(report)
-    if is_rank0() and (report.findings or not report.ok):
+    node_first = os.environ.get("LOCAL_RANK", "0") == "0"
+    if (is_rank0() and report.findings) or (node_first and not report.ok):  # a refusal: in every node's log
         print(text, file=sys.stderr, flush=True)
     if not report.ok:
         raise SystemExit(EXIT_FINDINGS)
