@@ -272,7 +272,7 @@ def nodes_summary(peers: list[dict[str, Any]]) -> list[dict[str, Any]]:
 # -- every node arrives, or the others stop -------------------------------------------------------------
 TIMEOUT_ENV = "LLAMAFACTORY_ROCM_NODE_TIMEOUT"
 DEFAULT_TIMEOUT_S = 600.0
-MISSING = "NODES_MISSING"
+MISSING_CODE = "NODES_MISSING"
 
 
 def arrival_timeout(environ: Mapping[str, str] | None = None) -> float:
@@ -327,8 +327,8 @@ def _missing_line(store: Any, prefix: str, world: int, timeout_s: float) -> str:
     missing = [n for n in range(nodes) if n not in arrived] or ["(unknown)"]
     named = ", ".join(f"node {n}" for n in missing)
     return (
-        f"llamafactory-rocm: {MISSING}: {named} never arrived within {timeout_s:g} s (its ranks stopped or never "
+        f"llamafactory-rocm: {MISSING_CODE}: {named} never arrived within {timeout_s:g} s (its ranks stopped or never "
         f"started), so every rank that did stopped before step 1 instead of waiting for ddp_timeout. Fix: read "
         f"that node's log for why it stopped, then relaunch every node; {TIMEOUT_ENV} sets the wait "
-        f"(more: llamafactory-rocm explain {MISSING})."
+        f"(more: llamafactory-rocm explain {MISSING_CODE})."
     )
