@@ -8,7 +8,10 @@ The config is already valid (nothing to rewrite), so the differences are the cos
 Stock LLaMA-Factory imports torchaudio unconditionally; for C to run here at all, an empty
 ``torchaudio`` package is put on PYTHONPATH for every variant alike. Also times ``check``.
 
-    python bench/bench_train.py [--runs 5]
+    python bench/bench_train.py [--runs 5] [--rows 50000 --max-steps 2]
+
+With ``--rows N`` the data is N alpaca rows (the bundled questions repeated with a row number), so the
+data pass, LLaMA-Factory's dry run and its own tokenization weigh what they weigh on a real dataset.
 """
 
 from __future__ import annotations
@@ -27,24 +30,43 @@ from llamafactory_rocm.demo.tiny import build_tiny_model, texts_from_dataset
 from llamafactory_rocm.resources import datasets_dir
 
 
-def config(model: Path, out: Path) -> dict:
+def config(model: Path, out: Path, data: Path | None = None, max_steps: int = 30) -> dict:
     return {
         "model_name_or_path": str(model), "stage": "sft", "do_train": True, "finetuning_type": "lora",
-        "lora_rank": 16, "lora_target": "all", "template": "llama3", "dataset": "amd_finetune_qa",
-        "dataset_dir": str(datasets_dir()), "max_samples": 120, "cutoff_len": 256,
-        "per_device_train_batch_size": 4, "learning_rate": 5e-3, "max_steps": 30, "logging_steps": 10,
-        "save_steps": 30, "output_dir": str(out), "report_to": "none", "overwrite_cache": True,
-        "bf16": True, "use_cpu": True, "seed": 0,
+        "lora_rank": 16, "lora_target": "all", "template": "llama3",
+        "dataset": "amd_finetune_qa" if data is None else "rows",
+        "dataset_dir": str(datasets_dir() if data is None else data), "cutoff_len": 256,
+        **({"max_samples": 120} if data is None else {}),
+        "per_device_train_batch_size": 4, "learning_rate": 5e-3, "max_steps": max_steps, "logging_steps": 10,
+        "save_steps": max_steps, "output_dir": str(out), "report_to": "none", "overwrite_cache": True,
+        "bf16": True, "use_cpu": True, "seed": 0, "plot_loss": False,
     }  # fmt: skip
+
+
+def rows_dataset(folder: Path, rows: int) -> Path:
+    """``rows`` alpaca rows: the bundled questions, repeated, each with its row number."""
+    import json
+
+    source = json.loads((datasets_dir() / "amd_finetune_qa.json").read_text())
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / "rows.jsonl").open("w") as out:
+        for i in range(rows):
+            row = source[i % len(source)]
+            out.write(json.dumps({**row, "instruction": f"{row['instruction']} ({i})"}) + "\n")
+    (folder / "dataset_info.json").write_text(json.dumps({"rows": {"file_name": "rows.jsonl"}}))
+    return folder
 
 
 def main() -> None:
     cli = argparse.ArgumentParser()
     cli.add_argument("--runs", type=int, default=5)
+    cli.add_argument("--rows", type=int, default=0, help="train on this many generated rows (0: 120 bundled)")
+    cli.add_argument("--max-steps", type=int, default=30)
     args = cli.parse_args()
     work = Path(tempfile.mkdtemp(prefix="lfr-bench-"))
     try:
         model = build_tiny_model(work / "tiny", texts_from_dataset(datasets_dir() / "amd_finetune_qa.json"))
+        data = rows_dataset(work / "data", args.rows) if args.rows else None
         stub = work / "site" / "torchaudio"
         stub.mkdir(parents=True)
         (stub / "__init__.py").write_text("")
@@ -63,7 +85,7 @@ def main() -> None:
             for name, (cmd, run_env) in variants.items():
                 out = work / f"out-{name[0]}-{run}"
                 cfg = work / f"cfg-{name[0]}-{run}.yaml"
-                cfg.write_text(yaml.safe_dump(config(model, out)))
+                cfg.write_text(yaml.safe_dump(config(model, out, data, args.max_steps)))
                 elapsed = timed([*cmd, str(cfg)], env=run_env, cwd=str(work))
                 if run:
                     times[name].append(elapsed)
@@ -71,7 +93,8 @@ def main() -> None:
             elapsed = timed([str(bindir / "llamafactory-rocm"), "check", str(check_cfg)], env=env, cwd=str(work))
             if run:
                 check_times.append(elapsed)
-        print(f"machine: {machine()}; {args.runs} runs each (interleaved, after one warm-up round)")
+        rows = f"{args.rows} generated rows" if args.rows else "120 bundled rows"
+        print(f"machine: {machine()}; {rows}, {args.max_steps} steps; {args.runs} runs each (interleaved, 1 warm-up)")
         for name, values in times.items():
             print(f"  {name:48} median {median(values):6.2f} s   runs {', '.join(f'{v:.2f}' for v in values)}")
         a, b, c = (median(v) for v in times.values())
