@@ -2,11 +2,15 @@
 
 ``llamafactory_rocm.pth`` runs in every Python process of the environment, so it imports nothing:
 it appends a one-line meta-path finder that ignores every import except ``llamafactory.*``, and
-only then imports this module (``lazy_find_spec``). From here on, two modules are hooked.
+only then imports this module (``lazy_find_spec``). From here on, three modules are hooked.
 
 - ``llamafactory.train.tuner``: after it executes, ``run_exp`` is wrapped (``hook.wrap_run_exp``).
   Every training entry point goes through it: ``llamafactory-cli train``/``lmf train`` (launcher
   ``launch()``), the torchrun child ranks (``launcher.py`` ``__main__``) and ``run_exp(args=...)``.
+  ``export_model`` in the same module is wrapped too (``after.wrap_export_model``): ``llamafactory-cli
+  export`` and LlamaBoard's export tab.
+- ``llamafactory.chat.chat_model``: ``ChatModel.__init__`` is wrapped (``after.wrap_chat_model_init``):
+  ``chat``, ``api`` and ``webchat`` all construct a ChatModel (docs/after-training.md#t8).
 - ``llamafactory.data.mm_plugin``: it imports torchaudio unconditionally, for audio inputs only.
   When torchaudio is missing or broken, a stand-in is visible while that one module executes; it
   raises a clear error only if audio is really used.
@@ -32,6 +36,7 @@ else:
 
 SWITCH = "LLAMAFACTORY_ROCM"
 TUNER = "llamafactory.train.tuner"
+CHAT_MODEL = "llamafactory.chat.chat_model"
 MM_PLUGIN = "llamafactory.data.mm_plugin"
 
 
@@ -39,18 +44,46 @@ def enabled(environ: dict[str, str] | os._Environ[str] = os.environ) -> bool:
     return environ.get(SWITCH, "1").strip().lower() not in {"0", "false", "off", "no"}
 
 
+def _step_aside(exc: Exception) -> None:
+    """Never break LLaMA-Factory: say so in one line and leave it stock."""
+    from llamafactory_rocm.console import say
+
+    say(f"pre-launch check is off for this run ({exc}); set {SWITCH}=0 to silence this line.")
+
+
 def _patch_tuner(module: ModuleType) -> None:
     original = getattr(module, "run_exp", None)
-    if getattr(original, "__llamafactory_rocm__", False):
+    if not getattr(original, "__llamafactory_rocm__", False):
+        try:
+            from llamafactory_rocm.train.hook import wrap_run_exp
+
+            module.run_exp = wrap_run_exp(original)  # type: ignore[attr-defined]
+        except Exception as exc:
+            _step_aside(exc)
+    export = getattr(module, "export_model", None)
+    if export is not None and not getattr(export, "__llamafactory_rocm__", False):
+        try:
+            from llamafactory_rocm.train.after import wrap_export_model
+
+            module.export_model = wrap_export_model(export)  # type: ignore[attr-defined]
+        except Exception as exc:
+            _step_aside(exc)
+
+
+def _patch_chat_model(module: ModuleType) -> None:
+    chat_model = getattr(module, "ChatModel", None)
+    init = getattr(chat_model, "__init__", None)
+    if chat_model is None or getattr(init, "__llamafactory_rocm__", False):
         return
     try:
-        from llamafactory_rocm.train.hook import wrap_run_exp
+        from llamafactory_rocm.train.after import wrap_chat_model_init
 
-        module.run_exp = wrap_run_exp(original)  # type: ignore[attr-defined]
-    except Exception as exc:  # never break training: say so and step aside
-        from llamafactory_rocm.console import say
+        chat_model.__init__ = wrap_chat_model_init(init)  # type: ignore[misc]
+    except Exception as exc:
+        _step_aside(exc)
 
-        say(f"pre-launch check is off for this run ({exc}); set {SWITCH}=0 to silence this line.")
+
+_PATCHES = {TUNER: _patch_tuner, CHAT_MODEL: _patch_chat_model}
 
 
 class _HookedLoader:
@@ -74,20 +107,20 @@ class _HookedLoader:
                 self._inner.exec_module(module)
         else:
             self._inner.exec_module(module)
-            _patch_tuner(module)
+            _PATCHES[self._fullname](module)
 
 
 class _Finder:
-    """A meta-path finder (importlib's MetaPathFinder protocol) for the two modules we hook."""
+    """A meta-path finder (importlib's MetaPathFinder protocol) for the modules we hook."""
 
-    targets = (TUNER, MM_PLUGIN)
+    targets = (TUNER, CHAT_MODEL, MM_PLUGIN)
 
     def find_spec(
         self, fullname: str, path: object = None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
         if fullname not in self.targets:
             return None
-        if fullname == TUNER and not (_FORCED[0] or enabled()):
+        if fullname in _PATCHES and not (_FORCED[0] or enabled()):
             return None  # switched off: only the torchaudio stand-in stays
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)  # type: ignore[arg-type]
         if spec is None or spec.loader is None:
@@ -112,8 +145,9 @@ def install(*, force: bool = False, on_installed: Callable[[], None] | None = No
         sys.meta_path.insert(0, _FINDER)  # the torchaudio stand-in, even when switched off
     if not (force or enabled()):
         return False
-    if TUNER in sys.modules:  # imported before we were armed
-        _patch_tuner(sys.modules[TUNER])
+    for name, patch in _PATCHES.items():
+        if name in sys.modules:  # imported before we were armed
+            patch(sys.modules[name])
     if on_installed:
         on_installed()
     return True

@@ -1,6 +1,7 @@
 """The built-in presets: an explicit registry of the YAML files shipped in ``presets/``.
 
-Names follow ``{gpu}_{model}_{method}``; the GPU alias maps to its arch through the catalogue.
+Names follow ``{gpu}_{model}_{method}``; the GPU alias maps to its arch through the catalogue. Each
+training preset has its after-training companions in ``presets/after/`` (``PresetEntry.after``).
 ``tests/test_presets.py`` keeps this list and the folder identical.
 """
 
@@ -22,6 +23,12 @@ class PresetEntry:
     @property
     def file_name(self) -> str:
         return f"{self.name}.yaml"
+
+    @property
+    def after(self) -> dict[str, str]:
+        """The configs that follow training, relative to presets/: merge the adapter (export), then chat
+        with the merged model (chat, webchat, api). ``tests/test_presets_after.py`` keeps them in step."""
+        return {"export": f"after/{self.name}_export.yaml", "chat": f"after/{self.name}_chat.yaml"}
 
 
 PRESETS: tuple[PresetEntry, ...] = (

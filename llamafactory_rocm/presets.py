@@ -68,6 +68,17 @@ def path(name: str) -> Path:
     return presets_dir() / entry(name).file_name
 
 
+def after_paths(name: str) -> dict[str, Path]:
+    """The export and chat configs that follow the training preset ``name`` (``presets/after/``)."""
+    return {command: presets_dir() / rel for command, rel in entry(name).after.items()}
+
+
+def after_copy_names(name: str, dest: str | Path) -> dict[str, Path]:
+    """Where ``copy(..., with_after=True)`` writes them: beside the copy, named after it."""
+    target = copy_target(name, dest)
+    return {command: target.parent / f"{target.stem}_{command}.yaml" for command in entry(name).after}
+
+
 def raw(name: str) -> dict[str, Any]:
     """The preset exactly as written in its YAML file."""
     return yaml.safe_load(path(name).read_text(encoding="utf-8"))
@@ -119,13 +130,17 @@ def copy_target(name: str, dest: str | Path) -> Path:
     return Path(dest) / entry(name).file_name if as_folder else Path(dest)
 
 
-def copy(name: str, dest: str | Path, force: bool = False) -> list[Path]:
-    """Copy a preset (and the files it refers to) to ``dest``; never overwrite without ``force``."""
+def copy(name: str, dest: str | Path, force: bool = False, with_after: bool = False) -> list[Path]:
+    """Copy a preset (and the files it refers to) to ``dest``; never overwrite without ``force``.
+    ``with_after``: its export and chat configs too, beside the copy (``after_copy_names``)."""
     preset = entry(name)
     target = copy_target(name, dest)
     if not target.parent.is_dir():
         raise UsageError(f"folder {target.parent} does not exist; create it first (mkdir -p {target.parent}).")
     plan = [(path(name), target)] + [(presets_dir() / c, target.parent / c) for c in preset.companions]
+    if with_after:
+        sources, names_ = after_paths(name), after_copy_names(name, dest)
+        plan += [(sources[command], names_[command]) for command in sources]
     clobbered = [str(dst) for _, dst in plan if os.path.lexists(dst)]  # a link too, even a dangling one
     if clobbered and not force:
         raise UsageError(f"{', '.join(clobbered)} already exists; pass --force to overwrite it.")

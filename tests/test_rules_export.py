@@ -6,6 +6,7 @@ Oracles: LLaMA-Factory's real ``export_model`` on the tiny model with a PEFT ada
 from __future__ import annotations
 
 import inspect
+import json
 
 import pytest
 
@@ -43,7 +44,8 @@ def test_no_refusal_without_all_three(config):
 def test_a_prequantized_checkpoint_is_refused_too(tmp_path):
     model = tmp_path / "gptq"
     model.mkdir()
-    (model / "config.json").write_text('{"quantization_config": {"quant_method": "gptq", "bits": 4}}')
+    quantized = {"model_type": "llama", "quantization_config": {"quant_method": "gptq", "bits": 4}}
+    (model / "config.json").write_text(json.dumps(quantized))
     found = codes(refuse_merge_into_quantized({**EXPORT, "model_name_or_path": str(model)}, {}, make_ctx("mi300x")))
     assert found["MERGE_INTO_QUANTIZED"].key == "model_name_or_path"
 
@@ -52,6 +54,12 @@ def _tuner():
     with text_only_llamafactory():
         from llamafactory.train import tuner
     return tuner
+
+
+def _stock_export(tuner):
+    """LLaMA-Factory's own export_model: in this process the hook wraps it (train/after.py), and these tests
+    pin what stock LLaMA-Factory does."""
+    return inspect.unwrap(tuner.export_model)
 
 
 def test_llamafactory_still_refuses_to_merge_into_a_quantized_model():
@@ -80,7 +88,7 @@ def test_stock_export_model_merges_the_adapter_the_rule_lets_through(tiny_model,
         "export_dir": str(tmp_path / "merged"),
     }
     assert not any(rule(config, {}, make_ctx("mi300x")).findings for rule in EXPORT_RULES)
-    _tuner().export_model(dict(config))
+    _stock_export(_tuner())(dict(config))
     assert (tmp_path / "merged" / "config.json").is_file()
     assert list((tmp_path / "merged").glob("*.safetensors"))
 
@@ -105,7 +113,7 @@ def test_stock_export_model_stops_where_the_rule_refuses(tiny_model, adapter, tm
         import bitsandbytes  # noqa: F401
     except ImportError:
         with pytest.raises(ImportError, match="bitsandbytes"):
-            tuner.export_model(dict(config))
+            _stock_export(tuner)(dict(config))
     loaded = tuner.load_model
 
     def load_quantized(*args, **kwargs):  # what load_model returns when bitsandbytes quantized it
@@ -116,7 +124,7 @@ def test_stock_export_model_stops_where_the_rule_refuses(tiny_model, adapter, tm
     monkeypatch.setattr(tuner, "load_model", load_quantized)
     config.pop("quantization_bit")  # the real load (no bitsandbytes here) of the same model and adapter
     with pytest.raises(ValueError, match="Cannot merge adapters to a quantized model"):
-        tuner.export_model(dict(config))
+        _stock_export(tuner)(dict(config))
     assert not (tmp_path / "merged").exists()
 
 

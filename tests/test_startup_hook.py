@@ -130,3 +130,24 @@ def test_the_tested_release_is_the_installed_one():
     version, keys = shipped_train_keys()
     if installed == version:  # the fallback list is the real one of the release it names
         assert keys == live_train_keys()
+
+
+def test_the_switch_turns_off_the_export_and_chat_hooks_too():
+    code = (
+        "from llamafactory.train import tuner\n"
+        "from llamafactory.chat.chat_model import ChatModel\n"
+        "print('WRAPPED', getattr(tuner.export_model, '__llamafactory_rocm__', False),\n"
+        "      getattr(ChatModel.__init__, '__llamafactory_rocm__', False))\n"
+    )
+    assert "WRAPPED False False" in run_python(code, LLAMAFACTORY_ROCM="0").stdout
+    assert "WRAPPED True True" in run_python(code).stdout
+
+
+def test_a_module_without_export_model_keeps_only_the_run_exp_hook(capsys):
+    import types
+
+    module = types.ModuleType("llamafactory.train.tuner")
+    module.run_exp = lambda args=None, callbacks=None: None
+    _startup._patch_tuner(module)
+    assert getattr(module.run_exp, "__llamafactory_rocm__", False) and not hasattr(module, "export_model")
+    _startup._patch_chat_model(types.ModuleType("llamafactory.chat.chat_model"))  # no ChatModel: steps aside

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from ..findings import Finding, Level, has_errors
-from ..lf.schema import load_schema
 from ..lf.commands import COMMANDS, command_keys, command_verdict
+from ..lf.schema import load_schema
 from ..lf.verdict import DeviceAnswers
 from ..machine.catalogue import load_catalogue
 from ..machine.probe import installed_distributions

@@ -1,15 +1,22 @@
-"""``llamafactory-rocm check CONFIG [key=value ...] | --key value ...  [--gpu NAME | --arch gfxNNN] [--json]``."""
+"""``llamafactory-rocm check CONFIG [key=value ...] | --key value ...  [--for COMMAND] [--gpu NAME] [--json]``.
+
+``--for`` names the LLaMA-Factory command the config is for (train, export, chat, api, webchat, eval); without
+it the command is read from the config's keys (``lf.commands.infer_command``), and a config whose keys do not
+say is checked for train. The report says which, and how it was chosen.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from ..check.render import report_text
-from ..check.request import from_launch_args
+from ..check.request import CheckRequest, from_launch_args
 from ..check.run import run_check
 from ..errors import EXIT_FINDINGS, EXIT_OK
+from ..lf.commands import COMMANDS, infer_command
 from ..machine.snapshot import Snapshot
 from ._args import add_config_arguments, add_world_arguments, world_env
 
@@ -20,12 +27,17 @@ def register(subs: argparse._SubParsersAction) -> None:
         help="dry run: findings and the resolved config, nothing launched",
         description="Check a LLaMA-Factory config against this machine (or a GPU you plan to rent) without "
         "launching anything: every rule, then LLaMA-Factory's own argument check. Takes what "
-        "`llamafactory-cli train` takes. Exit 0: ready to launch; 1: refused (each finding says the fix).",
+        "`llamafactory-cli train` takes. --for checks it for another llamafactory-cli command (export, chat, "
+        "api, webchat, eval): that command's own parser and rules; without --for the keys decide "
+        "(export_dir: export; infer_backend or an adapter without training keys: chat). "
+        "Exit 0: ready to launch; 1: refused (each finding says the fix).",
         epilog="examples:\n"
         "  llamafactory-rocm check my_run.yaml\n"
         "  llamafactory-rocm check my_run.yaml learning_rate=2e-4 --gpu rx7900xtx --json\n"
         "  llamafactory-rocm check --stage sft --model_name_or_path meta-llama/Meta-Llama-3-8B-Instruct \\\n"
-        "      --dataset amd_finetune_qa --template llama3 --do_train --fp16 --output_dir saves/run1",
+        "      --dataset amd_finetune_qa --template llama3 --do_train --fp16 --output_dir saves/run1\n"
+        "  llamafactory-rocm check merge.yaml --for export\n"
+        "  llamafactory-rocm check serve.yaml --for api --gpu mi300x",
     )
     add_config_arguments(
         p,
@@ -33,6 +45,14 @@ def register(subs: argparse._SubParsersAction) -> None:
         arch_help="check for this arch (e.g. gfx942)",
     )
     add_world_arguments(p)
+    p.add_argument(
+        "--for",
+        dest="for_command",
+        choices=COMMANDS,
+        metavar="COMMAND",
+        help=f"the llamafactory-cli command the config is for ({', '.join(COMMANDS)}); default: read from its keys, "
+        "else train",
+    )
     p.add_argument("--snapshot", help="check against a recorded machine snapshot (JSON) instead of this one")
     p.add_argument("--json", action="store_true", help="print {ok, findings, config, ...} as JSON (for scripts)")
     p.set_defaults(run=run)
@@ -49,12 +69,24 @@ def run(args: argparse.Namespace) -> int:
         accept=args.accept,
         planned_world=world_env(args.nodes, args.gpus_per_node),
     )
-    report = run_check(request)
+    command, how = chosen_command(request, args.for_command)
+    report = run_check(replace(request, command=command))
     if args.json:
-        print(json.dumps(report.as_json(), indent=2, default=str))
+        print(json.dumps({"command": command, "command_from": how, **report.as_json()}, indent=2, default=str))
     else:
+        print(f"checked for: {command} ({how})")
         print(report_text(report))
     return EXIT_OK if report.ok else EXIT_FINDINGS
+
+
+def chosen_command(request: CheckRequest, given: str | None) -> tuple[str, str]:
+    """(the command to check for, how it was chosen): --for, else the config's keys, else train."""
+    if given:
+        return given, "--for"
+    inferred = infer_command(request.config)
+    if inferred is not None:
+        return inferred, "from its keys; --for to choose another"
+    return "train", "the keys do not say; --for export|chat|api|webchat|eval for another command"
 
 
 def load_snapshot(path: str) -> Snapshot:

@@ -16,6 +16,7 @@ def register(subs: argparse._SubParsersAction) -> None:
         epilog="examples:\n  llamafactory-rocm presets list --gpu w7900\n"
         "  llamafactory-rocm presets show rx7900xtx_llama3_lora\n"
         "  llamafactory-rocm presets copy mi300x_llama3_lora ./my_run.yaml\n"
+        "  llamafactory-rocm presets copy mi300x_llama3_lora ./my_run.yaml --with-after\n"
         "  llamafactory-rocm presets path mi250_llama3_lora",
     )
     verbs = p.add_subparsers(dest="verb", required=True, parser_class=type(p))
@@ -23,13 +24,20 @@ def register(subs: argparse._SubParsersAction) -> None:
     ls.add_argument("--gpu", help="only presets for this GPU's arch (e.g. w7900 lists the gfx1100 ones)")
     ls.add_argument("--json", action="store_true", help="print a JSON list (for scripts)")
     ls.set_defaults(run=run_list)
-    show = verbs.add_parser("show", help="print a preset's YAML with its target and memory need")
+    show = verbs.add_parser(
+        "show", help="print a preset's YAML with its target and memory need, and the export and chat configs after it"
+    )
     show.add_argument("name", help="a preset name from `presets list`, e.g. rx7900xtx_llama3_lora")
     show.set_defaults(run=run_show)
     cp = verbs.add_parser("copy", help="copy a preset to edit it (never overwrites without --force)")
     cp.add_argument("name", help="a preset name from `presets list`")
     cp.add_argument("dest", help="a file name or an existing folder")
     cp.add_argument("--force", action="store_true", help="overwrite an existing file")
+    cp.add_argument(
+        "--with-after",
+        action="store_true",
+        help="also write the export and chat configs that follow it beside the copy (DEST_export.yaml, DEST_chat.yaml)",
+    )
     cp.set_defaults(run=run_copy)
     where = verbs.add_parser("path", help="print the installed file's path")
     where.add_argument("name", help="a preset name from `presets list`")
@@ -57,13 +65,25 @@ def run_show(args: argparse.Namespace) -> int:
     print(f"# {d['name']}: {d['gpus']} x {d['gpu']} ({d['arch']}, {d['vram_gib']:g} GiB), {peak}")
     print(f"# file: {d['path']}\n")
     print(presets.path(args.name).read_text(encoding="utf-8"), end="")
+    after = presets.after_paths(args.name)
+    print("\n# After training (train -> export -> chat; `presets copy NAME DEST --with-after` writes them):")
+    for command, file in after.items():
+        print(f"#   {command}: llamafactory-cli {command} {file}")
     return 0
 
 
 def run_copy(args: argparse.Namespace) -> int:
-    for written in presets.copy(args.name, args.dest, force=args.force):
+    for written in presets.copy(args.name, args.dest, force=args.force, with_after=args.with_after):
         print(f"wrote {written}")
-    print(f"Next: edit it, then `llamafactory-rocm check {presets.copy_target(args.name, args.dest)}`")
+    target = presets.copy_target(args.name, args.dest)
+    print(f"Next: edit it, then `llamafactory-rocm check {target}`")
+    if args.with_after:
+        after = presets.after_copy_names(args.name, args.dest)
+        print(
+            f"After training: `llamafactory-cli export {after['export']}`, then "
+            f"`llamafactory-cli chat {after['chat']}` (if you change output_dir, change adapter_name_or_path in the "
+            "export config to match)"
+        )
     return 0
 
 

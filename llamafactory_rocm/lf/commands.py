@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import re
 from collections.abc import Iterator, Mapping
 from functools import cache, lru_cache
@@ -120,7 +121,7 @@ def _stop_before_loading() -> Iterator[Any]:
     original = tuner.load_tokenizer
     tuner.load_tokenizer = stop
     try:
-        yield tuner.export_model
+        yield inspect.unwrap(tuner.export_model)  # the stock function, not the hook's wrapper
     finally:
         tuner.load_tokenizer = original
 

@@ -2,16 +2,24 @@
 
 Order matters only where one rule's output is another's input: blog-style keys are translated
 before unknown keys are refused and before the precision rules read ``fp16``/``bf16``.
+
+``rules_for(command)`` is the chain for each LLaMA-Factory command (``lf/commands.py``): ``train`` runs
+``RULES`` and the prediction rules (``predict_with_generate`` is a training key); ``export``, ``chat``,
+``api``, ``webchat`` and ``eval`` run the machine rules that concern loading a model on the device, then
+their own (rules/export.py, rules/serving.py, rules/adapter.py; docs/after-training.md). An export on
+the CPU (``export_device: cpu``, LLaMA-Factory's default) uses no GPU: the device rules step aside there.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..findings import Finding, has_errors
 from . import (
+    adapter,
     blog_keys,
     environment,
     kernels,
@@ -20,14 +28,17 @@ from . import (
     outputs,
     packages,
     precision,
+    predict,
     rocm_arch_env,
+    serving,
     target,
     torch_build,
     values,
     visibility,
     world,
 )
-from .base import Config, Context, Env, Rule, Step, Target
+from . import export as export_rules
+from .base import Config, Context, Env, Rule, Step, Target, unchanged
 
 RULES: tuple[Rule, ...] = (
     blog_keys.rewrite_compute_dtype,
@@ -63,6 +74,74 @@ RULES: tuple[Rule, ...] = (
     memory_fit.memory_fit,
 )
 
+# Loading a model onto this machine's device, whatever the command: the torch build, its kernels, the
+# visible devices, the ROCm install, the attention kernels, bitsandbytes for a quantized load. Not
+# PYTORCH_ROCM_ARCH (rules/rocm_arch_env.py): it is for extensions built at a training launch.
+_DEVICE_RULES: tuple[Rule, ...] = (
+    target.check_target,
+    torch_build.require_rocm_torch,
+    torch_build.require_kernels_for_devices,
+    torch_build.check_hsa_override,
+    visibility.integrated_gpu_visible,
+    visibility.visibility_conflict,
+    environment.rocm_version_mismatch,
+    environment.wsl2,
+    kernels.flash_attn_where_supported,
+    kernels.bitsandbytes_for_qlora,
+)
+
+
+def _on_export_device(rule: Rule) -> Rule:
+    """``rule`` only where the export loads onto the GPUs (``export_device: auto``; docs/after-training.md#t2)."""
+
+    @functools.wraps(rule)
+    def gated(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
+        if str(config.get("export_device", "cpu")).strip().lower() != "auto":
+            return unchanged(config, env)
+        return rule(config, env, ctx)
+
+    return gated
+
+
+TRAIN_RULES: tuple[Rule, ...] = (*RULES, *predict.PREDICT_RULES)
+EXPORT_CHAIN: tuple[Rule, ...] = (
+    values.refuse_unconvertible_values,
+    *export_rules.EXPORT_RULES,
+    *(_on_export_device(rule) for rule in _DEVICE_RULES),
+    packages.require_packages,
+    *adapter.ADAPTER_RULES,
+)
+CHAT_CHAIN: tuple[Rule, ...] = (
+    values.refuse_unconvertible_values,
+    *_DEVICE_RULES,
+    packages.require_packages,
+    *serving.CHAT_RULES,
+    *adapter.ADAPTER_RULES,
+)
+EVAL_CHAIN: tuple[Rule, ...] = (
+    values.refuse_unconvertible_values,
+    *_DEVICE_RULES,
+    packages.require_packages,
+    serving.infer_bf16_emulated,
+    *adapter.ADAPTER_RULES,
+)
+_BY_COMMAND: dict[str, tuple[Rule, ...]] = {
+    "train": TRAIN_RULES,
+    "export": EXPORT_CHAIN,
+    "chat": CHAT_CHAIN,
+    "api": CHAT_CHAIN,
+    "webchat": CHAT_CHAIN,
+    "eval": EVAL_CHAIN,
+}
+
+
+def rules_for(command: str) -> tuple[Rule, ...]:
+    """The rules that apply to ``command`` (one of lf.commands.COMMANDS)."""
+    try:
+        return _BY_COMMAND[command]
+    except KeyError:
+        raise ValueError(f"unknown command {command!r}; one of {', '.join(_BY_COMMAND)}") from None
+
 
 @dataclass(frozen=True)
 class Resolution:
@@ -76,15 +155,18 @@ class Resolution:
         return not has_errors(self.findings)
 
 
-def resolve(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Resolution:
-    """Run every rule over (config, env); pure: the inputs are not modified."""
+def resolve(
+    config: Mapping[str, Any], env: Mapping[str, str], ctx: Context, rules: tuple[Rule, ...] | None = None
+) -> Resolution:
+    """Run ``rules`` (default: ``RULES``, the training chain) over (config, env); pure: the inputs are not
+    modified. ``rules_for(command)`` gives the chain of another command."""
     state = Step(dict(config), dict(env))
     findings: list[Finding] = list(ctx.extra_findings)
-    for rule in RULES:
+    for rule in RULES if rules is None else rules:
         state = rule(state.config, state.env, ctx)
         findings.extend(state.findings)
     changes = {k: v for k, v in state.env.items() if env.get(k) != v}
     return Resolution(state.config, state.env, changes, findings)
 
 
-__all__ = ["RULES", "Context", "Resolution", "Target", "resolve"]
+__all__ = ["RULES", "TRAIN_RULES", "Context", "Resolution", "Target", "resolve", "rules_for"]
