@@ -295,3 +295,24 @@ def test_a_record_that_cannot_be_written_is_a_warning_and_the_resolved_config_st
     assert "warning: the launch record could not be written" in result.stderr
     assert_trained_in_bf16_and_learned(out)  # the blog config's fp16 was rewritten: what trained is resolved
     assert not list(out.glob("rocm_launch*.json"))
+
+
+def test_a_resumed_run_is_said_before_and_counted_as_the_steps_this_process_ran(tiny_model, tmp_path):
+    out = tmp_path / "out"
+    first = write_config(tmp_path / "first.yaml", tiny_train_config(tiny_model, out, max_steps=4, save_steps=2))
+    env = offline_env(tmp_path)
+    done = subprocess.run(
+        [LLAMAFACTORY_CLI, "train", str(first)], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    longer = write_config(tmp_path / "longer.yaml", tiny_train_config(tiny_model, out, max_steps=6, save_steps=2))
+    check = run_cli(["check", str(longer)], tmp_path, env)
+    assert "RESUMES_FROM_CHECKPOINT" in check.stdout and "global step 4" in check.stdout, check.stdout[-3000:]
+    assert "2 of 6 steps left" in check.stdout
+    again = subprocess.run(
+        [LLAMAFACTORY_CLI, "train", str(longer)], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    text = again.stdout + again.stderr
+    assert "steps          2 (resumed at step 4)" in text, text[-3000:]
+    assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 6  # what transformers ran

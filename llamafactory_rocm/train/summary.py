@@ -39,7 +39,7 @@ class PeakMemory:
 @dataclass(frozen=True)
 class RunSummary:
     losses: tuple[float, ...]
-    steps: int
+    steps: int  # optimizer steps this process ran (a resumed run counts from its checkpoint)
     tokens: int | None  # tokens trained on, all ranks together
     tokens_counted: bool  # False: estimated from the data's mean row length
     train_s: float | None
@@ -49,6 +49,7 @@ class RunSummary:
     adapter: Path | None
     plot: Path | None
     record: Path | None
+    resumed_from: int | None = None  # the checkpoint's global step a resumed run started from
 
     @property
     def tokens_per_s(self) -> float | None:
@@ -139,7 +140,7 @@ def format_summary(s: RunSummary) -> str:
         wall += f" (training {_seconds(s.train_s)})"
     rows = [
         ("loss", loss),
-        ("steps", str(s.steps)),
+        ("steps", str(s.steps) + (f" (resumed at step {s.resumed_from})" if s.resumed_from else "")),
         ("tokens/s", speed),
         ("peak memory", memory),
         ("wall time", wall),
@@ -186,11 +187,18 @@ class SummaryCallback(TrainerCallback):
         self._state: Any = None
         self._args: Any = None
         self._memory: PeakMemory | None = None
+        self._first_step: int | None = None  # global_step when this process took its first step
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._train_start = time.perf_counter()
         self._tokens_at_start = getattr(state, "num_input_tokens_seen", 0) or 0
         self._mean_row_tokens = _mean_row_tokens(kwargs.get("train_dataloader"))
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        # transformers loads a resumed checkpoint's state after on_train_begin (Trainer._inner_training_loop),
+        # so the step a resumed run starts from is known at its first step, not before.
+        if self._first_step is None:
+            self._first_step = state.global_step
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self._train_start is not None:
@@ -208,12 +216,13 @@ class SummaryCallback(TrainerCallback):
         if tokens is None and self._mean_row_tokens:
             # rows per optimizer step, all ranks (the last batch of an epoch may be smaller)
             rows_per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
-            tokens = round(self._mean_row_tokens * rows_per_step * state.global_step)
+            tokens = round(self._mean_row_tokens * rows_per_step * self.steps_run(state))
         output_dir = Path(str(args.output_dir))
         adapter, plot, record = find_outputs(output_dir)
         return RunSummary(
             losses=logged_losses(state.log_history),
-            steps=state.global_step,
+            steps=self.steps_run(state),
+            resumed_from=self._first_step or None,
             tokens=tokens,
             tokens_counted=counted > 0,
             train_s=self._train_s,
@@ -224,6 +233,9 @@ class SummaryCallback(TrainerCallback):
             plot=plot,
             record=record,
         )
+
+    def steps_run(self, state: Any) -> int:
+        return state.global_step - (self._first_step or 0)
 
     def report(self, stream: TextIO | None = None) -> RunSummary | None:
         """Print the summary on the world's rank 0; call after ``run_exp`` returns."""
