@@ -228,7 +228,10 @@ def run_check(request: CheckRequest) -> Report:
     resolution = resolve(config, env, ctx, rules=rules)
     findings = accept_findings(resolution.findings, request.accept)
     dry = None
-    if full and not has_errors(findings) and schema.parser is not None:
+    # LLaMA-Factory's own parser judges the config even when a rule refused it, so that its first refusal is
+    # said too; not where a rule found keys or values the parser cannot take at all (it would only repeat it).
+    blocked = any(f.level is Level.ERROR and f.code in _PARSER_CANNOT_READ for f in findings)
+    if full and not blocked and schema.parser is not None:
         with single_process() as judged:
             findings += llamafactory_verdict(judged(resolution.config), ctx, command)
             if not has_errors(findings) and train:  # the dry run is LLaMA-Factory's training launch
@@ -278,6 +281,9 @@ def single_process() -> Iterator[Callable[[Mapping[str, Any]], dict[str, Any]]]:
     finally:
         os.environ.update(saved)
 
+
+# Rule errors that leave LLaMA-Factory's parser nothing to judge: it would refuse the same key or value.
+_PARSER_CANNOT_READ = frozenset({"UNKNOWN_KEY", "VALUE_INVALID", "COMPUTE_DTYPE_UNKNOWN", "BACKEND_UNKNOWN"})
 
 # Findings added after the rules (LLaMA-Factory's parser), kept when the rules run again with the rows.
 _AFTER_RULES = frozenset({"PARSER_PLANNED", "LLAMAFACTORY_REFUSED"})
