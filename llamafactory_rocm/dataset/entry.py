@@ -265,12 +265,10 @@ def _misplaced_columns(columns: dict[str, Any], formatting: str) -> list[str]:
 def _unset_required_columns(columns: dict[str, Any], chat: bool, ranking: bool) -> list[str]:
     """With a columns block nothing has a default, so the essential columns must be named."""
     needed: list[tuple[str, str]] = []
+    # Not response or prompt for alpaca rows: pre-training reads the prompt column alone, and an sft row
+    # without a response is dropped by LLaMA-Factory's own drop rule, which the data pass runs on every row.
     if chat:
         needed.append(("messages", "conversations"))
-    elif not ranking:
-        needed.append(("response", "output"))
-        if not columns.get("prompt") and not columns.get("query"):
-            needed.append(("prompt", "instruction"))
     if ranking:
         needed += [("chosen", "chosen"), ("rejected", "rejected")]
     return [
