@@ -449,10 +449,6 @@ PPO_TRL = (
     "verdict: check says ok; stock LLaMA-Factory's PPO workflow stops with ImportError 'trl>=0.8.6,<=0.9.6 is "
     "required ... found trl==0.24.0'"
 )
-SCALAR = (
-    "kind: check reads a YAML scalar as one UNKNOWN_KEY; LLaMA-Factory stops with 'Please provide "
-    "`model_name_or_path`.' (an empty or list config is check's one-line exit 2)"
-)
 
 
 # --- the corpus ------------------------------------------------------------------------------------
@@ -1169,7 +1165,7 @@ CASES: tuple[Case, ...] = (
         "form",
         "a YAML scalar",
         raw_yaml=yaml_scalar,
-        **fails("Please provide `model_name_or_path`.", ONE_LINE, "LLAMAFACTORY_REFUSED", xfail=SCALAR),
+        **fails("Please provide `model_name_or_path`.", ONE_LINE, "LLAMAFACTORY_REFUSED"),
     ),
     Case(
         "form_json_file",

@@ -57,6 +57,7 @@ def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -
             f"config {path} is empty: give LLaMA-Factory's keys (model_name_or_path, stage, dataset, ...). "
             "Try `llamafactory-rocm presets list`."
         )
+    _refuse_a_scalar(path, data)
     _refuse_words_read_as_keys(path, overrides)
     bad_keys = [key for key in data if not isinstance(key, str)]
     if bad_keys:
@@ -82,6 +83,21 @@ def _unreadable(path: Path, overrides: list[str], exc: Exception) -> str:
     if overrides:
         return f"cannot apply overrides {' '.join(overrides)} to {path}: {first}."
     return f"cannot read config {path}: {first}."
+
+
+def _refuse_a_scalar(path: Path, data: dict[str, Any]) -> None:
+    """A file holding one value, not a mapping: OmegaConf turns it into a key with no value, which
+    LLaMA-Factory then reports as a missing model_name_or_path. Said here in one line (exit 2)."""
+    if len(data) != 1 or next(iter(data.values())) is not None:
+        return
+    try:
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, yaml.YAMLError):
+        return
+    if not isinstance(loaded, (dict, list)) and loaded is not None:
+        raise UsageError(
+            f"config {path} holds a single value ({str(loaded)[:40]!r}), not a mapping of LLaMA-Factory keys."
+        )
 
 
 def _refuse_words_read_as_keys(path: Path, overrides: list[str]) -> None:
