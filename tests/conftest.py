@@ -47,7 +47,10 @@ def offline_env(tmp_path: Path, **extra: str) -> dict[str, str]:
         # run took 7.7 s with one thread and 161 s with two while other jobs held the cores.
         OMP_NUM_THREADS="1",
     )
-    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "FORCE_TORCHRUN", "LLAMAFACTORY_ROCM_CHECKED"):
+    # Not inherited from this process: a rank's variables, and the verbosity an in-process run_exp test set
+    # here (quiet_by_default writes LLAMAFACTORY_VERBOSITY into os.environ, as it does for torchrun's ranks).
+    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "FORCE_TORCHRUN", "LLAMAFACTORY_ROCM_CHECKED",
+                "LLAMAFACTORY_VERBOSITY", "TRANSFORMERS_VERBOSITY"):  # fmt: skip
         env.pop(key, None)
     env.update(extra)
     return env
