@@ -23,8 +23,6 @@ import contextlib
 import io
 import json
 import os
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +32,8 @@ import yaml
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
-from tests.conftest import offline_env, tiny_train_config
+from tests import stock_runner
+from tests.conftest import tiny_train_config
 
 PROTECTIVE = frozenset({"CHECKPOINT_OVERWRITE", "CHECKPOINT_ROTATION"})
 WEIGHTS = ("adapter_model.safetensors", "model.safetensors")
@@ -209,30 +208,6 @@ def run_check(example: Example) -> None:
     example.resolved = dict(report.config)
 
 
-RUNNER = r"""
-import contextlib, io, json, os, sys
-manifest, results_file = sys.argv[1], sys.argv[2]
-results = {}
-for case in json.load(open(manifest)):
-    os.chdir(case["dir"])
-    sys.argv = ["llamafactory-cli", case["config"]]
-    code, last, err = 0, "", io.StringIO()
-    try:
-        with contextlib.redirect_stderr(err):
-            from llamafactory.train.tuner import run_exp
-            run_exp()
-    except SystemExit as stop:
-        code = stop.code if isinstance(stop.code, int) else 1
-        last = f"SystemExit: {stop.code} " + err.getvalue()[-1500:]
-    except BaseException as exc:
-        code, last = 1, f"{type(exc).__name__}: {exc}"
-    sys.__stderr__.write(f"== {case['id']}\n" + err.getvalue()[-3000:] + "\n" + last[:3000] + "\n")
-    results[case["id"]] = {"exit": code, "error": " ".join(last.split())[:2000]}
-    with open(results_file, "w") as f:
-        json.dump(results, f)
-"""
-
-
 class QuotedStrings(yaml.SafeDumper):
     """Every string double-quoted: PyYAML writes "5e-5" bare, and OmegaConf would read that as a float."""
 
@@ -244,10 +219,7 @@ QuotedStrings.add_representer(
 
 def stock_runs(examples: list[Example], work: Path, processes: int = 2) -> None:
     """Stock LLaMA-Factory, hook off, 1 step: the resolved config where check is ok, the input where not."""
-    stub = work / "site" / "torchaudio"  # LLaMA-Factory imports torchaudio; the hook's stand-in is off
-    stub.mkdir(parents=True, exist_ok=True)
-    (stub / "__init__.py").write_text("")
-    env = offline_env(work, LLAMAFACTORY_ROCM="0", PYTHONPATH=str(work / "site"), MKL_NUM_THREADS="1")
+    env = stock_runner.hook_off_env(work, MKL_NUM_THREADS="1")
     asked = [e for e in examples if e.asked]
     for e in asked:
         config = e.resolved if e.check_ok else e.input
@@ -257,18 +229,8 @@ def stock_runs(examples: list[Example], work: Path, processes: int = 2) -> None:
         mine = asked[part::processes]
         if not mine:
             return {}
-        manifest, results = work / f"stock-{part}.json", work / f"stock-{part}-results.json"
-        manifest.write_text(json.dumps([{"id": e.id, "dir": str(e.folder), "config": "stock.yaml"} for e in mine]))
-        proc = subprocess.run(
-            [sys.executable, "-c", RUNNER, str(manifest), str(results)],
-            cwd=work,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT_S,
-        )
-        (work / f"stock-{part}.log").write_text(proc.stdout + proc.stderr)
-        return json.loads(results.read_text()) if results.is_file() else {}
+        cases = [{"id": e.id, "dir": str(e.folder), "args": ["stock.yaml"]} for e in mine]
+        return stock_runner.run_alone(cases, work, env, name=f"stock-{part}", timeout=TIMEOUT_S)[0]
 
     with ThreadPoolExecutor(max_workers=processes) as pool:
         got: dict[str, dict[str, Any]] = {}

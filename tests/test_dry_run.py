@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -18,7 +19,7 @@ from conftest import offline_env, tiny_train_config
 import llamafactory_rocm.models as models_package
 from llamafactory_rocm.findings import Level
 from llamafactory_rocm.lf.dry_run import checkpoint_loadable, dry_launch
-from llamafactory_rocm.lf.stages import UnknownStage, data_stage
+from llamafactory_rocm.lf.stages import NoWorkflow, UnknownStage, data_stage, trainer_requirements
 from llamafactory_rocm.lf.text_only import text_only_llamafactory
 
 
@@ -79,8 +80,48 @@ def test_data_stage_is_what_each_workflow_passes_to_get_dataset():
         "kto": "kto",
         "ppo": "ppo",
     }
-    with pytest.raises(UnknownStage):
+    with pytest.raises(NoWorkflow):
         data_stage("orpo")
+    assert issubclass(NoWorkflow, UnknownStage)
+
+
+def test_trainer_requirements_are_the_pins_the_trainers_pass_to_require_version():
+    """The oracle is the trainer's own source: each constant its require_version call receives."""
+    with text_only_llamafactory():
+        spec = importlib.util.find_spec("llamafactory")
+    root = Path(next(iter(spec.submodule_search_locations)))
+    for stage in ("sft", "pt", "rm", "dpo", "kto", "ppo"):
+        source = (root / "train" / stage / "trainer.py").read_text(encoding="utf-8")
+        pins = re.findall(r'require_version\(\s*"([^"]+)"', source)
+        assert list(trainer_requirements(stage)) == pins
+    assert trainer_requirements("foo") == ()
+
+
+def test_an_unknown_stage_and_a_stage_pin_are_refused_as_the_run_refuses(tiny_model, tmp_path, data):
+    from transformers.utils.versions import require_version
+
+    run = dry_launch(config(tiny_model, tmp_path, data, stage="foo"))
+    assert "Unknown task: foo." in errors(run)["STAGE_UNKNOWN"]
+    pins = trainer_requirements("ppo")
+    if not pins:
+        pytest.skip("this LLaMA-Factory's PPO trainer pins nothing")
+    try:
+        require_version(pins[0])
+    except ImportError as real:
+        ppo = config(tiny_model, tmp_path, data, stage="ppo", reward_model=str(tiny_model), reward_model_type="full")
+        assert " ".join(str(real).split())[:80] in errors(dry_launch(ppo))["STAGE_PACKAGE_VERSION"]
+    else:
+        pytest.skip(f"{pins[0]} is installed here")
+
+
+def test_a_log_level_outside_its_choices_is_the_trainers_keyerror(tiny_model, tmp_path, data):
+    from transformers import TrainingArguments
+
+    with pytest.raises(KeyError) as real:  # what Trainer.__init__ calls
+        TrainingArguments(output_dir=str(tmp_path / "o"), log_level="loud").get_process_log_level()
+    run = dry_launch(config(tiny_model, tmp_path, data, log_level="loud"))
+    assert str(real.value) in errors(run)["TRAINER_SETUP_REFUSED"]
+    assert "log_level 'loud'" in errors(run)["TRAINER_SETUP_REFUSED"]
 
 
 # -- good configs of every stage: no error ---------------------------------------------------------

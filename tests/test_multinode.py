@@ -262,7 +262,7 @@ def check(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
 
 @pytest.fixture
 def clean_world(monkeypatch: pytest.MonkeyPatch) -> None:
-    from llamafactory_rocm.rules.world import WORLD_ENV_VARS
+    from llamafactory_rocm.machine.snapshot import WORLD_ENV_VARS
 
     for name in (*WORLD_ENV_VARS, "WORLD_SIZE", "RANK", "LOCAL_RANK"):
         monkeypatch.delenv(name, raising=False)

@@ -22,8 +22,6 @@ def ctx():
         ("lora_rank", 1.5, "a whole number"),
         ("learning_rate", "fast", "a number"),
         ("bf16", "maybe", "true or false"),
-        ("stage", "foo", "one of: pt, sft, rm, ppo, dpo, kto"),
-        ("lr_scheduler_type", "wavy", "one of: linear, cosine"),
         ("template", "llama99", "a template LLaMA-Factory has"),
     ],
 )
@@ -31,6 +29,56 @@ def test_each_value_the_parser_refuses_is_one_finding_naming_key_value_and_type(
     (finding,) = values.refuse_unconvertible_values({key: value}, {}, ctx).findings
     assert (finding.code, finding.level, finding.key) == ("VALUE_INVALID", Level.ERROR, key)
     assert repr(value) in finding.message and expected in finding.message
+
+
+@pytest.mark.parametrize(
+    "key, value, expected",
+    [
+        ("stage", "foo", "one of: pt, sft, rm, ppo, dpo, kto"),
+        ("lr_scheduler_type", "wavy", "one of: linear, cosine"),
+        ("pref_loss", "hinge2", "one of: sigmoid, hinge"),
+    ],
+)
+def test_a_value_outside_its_choices_is_said_and_never_refused_here(ctx, key, value, expected):
+    """parse_dict checks no choices (LLaMA-Factory trains pref_loss: hinge2); LLaMA-Factory's own parser and
+    the dry run refuse the ones the run stops on, in their words (tests/test_verdict_corpus.py)."""
+    step = values.refuse_unconvertible_values({key: value}, {}, ctx)
+    (finding,) = step.findings
+    assert (finding.code, finding.level, finding.key, finding.old) == ("VALUE_NOT_A_CHOICE", Level.WARNING, key, value)
+    assert expected in finding.message and step.config == {key: value}
+
+
+def test_llamafactory_checks_no_choices_in_a_config_file():
+    """The premise of VALUE_NOT_A_CHOICE, asked of the parser LLaMA-Factory reads YAML with: parse_dict
+    builds the dataclasses with a Literal field outside its choices."""
+    from llamafactory.hparams import FinetuningArguments
+    from transformers import HfArgumentParser
+
+    (finetuning,) = HfArgumentParser(FinetuningArguments).parse_dict({"stage": "dpo", "pref_loss": "hinge2"})
+    assert finetuning.pref_loss == "hinge2"
+
+
+@pytest.mark.parametrize(
+    "argv, said",
+    [
+        (["--pref_loss", "hinge2"], "--pref_loss/--pref-loss: invalid choice: 'hinge2'"),
+        (["--stage", "foo"], "argument --stage: invalid choice: 'foo'"),
+    ],
+)
+def test_on_the_command_line_a_value_outside_its_choices_is_argparses_refusal(argv, said, capsys):
+    from transformers import HfArgumentParser
+
+    from llamafactory_rocm.errors import UsageError
+    from llamafactory_rocm.lf.text_only import text_only_llamafactory
+
+    with text_only_llamafactory():
+        from llamafactory.hparams.parser import _TRAIN_ARGS
+    with pytest.raises(SystemExit) as stock:  # the oracle: LLaMA-Factory's flag form, its own parser
+        HfArgumentParser(_TRAIN_ARGS).parse_args_into_dataclasses(["--model_name_or_path", "m", *argv])
+    assert stock.value.code == 2 and said in capsys.readouterr().err
+    with pytest.raises(UsageError) as ours:
+        load_schema().flags_to_config(argv)
+    assert said in str(ours.value)
 
 
 @pytest.mark.parametrize(

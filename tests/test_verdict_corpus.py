@@ -34,7 +34,8 @@ through the meta model; their ``words`` are peft's (test_dry_run pins them to pe
 Not here: memory cases. The estimate needs a device (on a CPU-only machine there is no device memory
 to exceed), so ``MEMORY_OVER_DEVICE`` cannot be exercised by a run that trains on CPU. PPO beyond its
 argument check: LLaMA-Factory 0.9.5's PPO workflow needs a reward model and trl's pre-0.12 PPOTrainer
-API; its stock run is recorded as it fails here (``stage_ppo_*``), the check must agree with that.
+API (its trainer pins trl>=0.8.6,<=0.9.6); its stock run is recorded as it fails here (``stage_ppo_*``),
+the check must agree with that.
 
 A disagreement is a bug in llamafactory-rocm, not in this file: such a case stays, marked
 ``xfail(strict=True)`` with the disagreement named, until the package is fixed. All cases are listed in
@@ -65,6 +66,7 @@ import pytest
 import yaml
 
 from llamafactory_rocm.resources import datasets_dir
+from tests import stock_runner
 from tests.conftest import offline_env, tiny_train_config
 
 pytestmark = pytest.mark.trainer
@@ -336,10 +338,7 @@ def _rank8_checkpoint(model: Path) -> Path:
             config = base_config(model, work / "out")
             config.update(lora_rank=8, save_steps=1)
             (work / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-            stub = work / "site" / "torchaudio"  # LLaMA-Factory imports torchaudio; the hook's stand-in is off
-            stub.mkdir(parents=True, exist_ok=True)
-            (stub / "__init__.py").write_text("")
-            env = offline_env(work, LLAMAFACTORY_ROCM="0", PYTHONPATH=str(work / "site"), **SUBPROCESS_ENV)
+            env = stock_runner.hook_off_env(work, **SUBPROCESS_ENV)
             proc = subprocess.run(
                 [LLAMAFACTORY_CLI, "train", str(work / "config.yaml")],
                 cwd=work,
@@ -440,15 +439,7 @@ def quoted_lr(value: str) -> Callable[[dict[str, Any]], str]:
 ONE_LINE = "exit 2"  # check's one-line refusal of a config LLaMA-Factory cannot read (no findings)
 NOT_APPLICABLE = "The dataset is not applicable in the current training stage."
 
-# Known disagreements (check is wrong here; the cases stay, strict xfail, until the package is fixed).
-DPO_LOSS = (
-    "verdict: check refuses pref_loss: hinge2 (VALUE_INVALID, 'not one of: sigmoid, hinge, ...'); stock "
-    "LLaMA-Factory trains it (pref_loss is a plain str)"
-)
-PPO_TRL = (
-    "verdict: check says ok; stock LLaMA-Factory's PPO workflow stops with ImportError 'trl>=0.8.6,<=0.9.6 is "
-    "required ... found trl==0.24.0'"
-)
+# Known disagreements: none at present. A new one is recorded as ``xfail="<what disagrees>"`` on its case.
 
 
 # --- the corpus ------------------------------------------------------------------------------------
@@ -553,10 +544,46 @@ CASES: tuple[Case, ...] = (
         "type",
         "lr_scheduler_type is a choice",
         {"lr_scheduler_type": "wavy"},
-        **fails("wavy is not a valid SchedulerType", "VALUE_INVALID"),
+        **fails("wavy is not a valid SchedulerType", "LLAMAFACTORY_REFUSED"),
     ),
     Case(
-        "type_stage_foo", "type", "stage is a Literal", {"stage": "foo"}, **fails("Unknown task: foo.", "VALUE_INVALID")
+        "type_stage_foo", "type", "stage is a Literal", {"stage": "foo"}, **fails("Unknown task: foo.", "STAGE_UNKNOWN")
+    ),
+    # choices: parse_dict checks none; some of these train, others stop in the library's own words
+    Case(
+        "choice_galore_unused",
+        "type",
+        "a GaLore choice outside its Literal, GaLore off",
+        {"galore_proj_type": "sideways"},
+        notes=frozenset({"VALUE_NOT_A_CHOICE"}),
+    ),
+    Case(
+        "choice_mix_strategy",
+        "type",
+        "mix_strategy outside its Literal, one dataset",
+        {"mix_strategy": "shuffle"},
+        notes=frozenset({"VALUE_NOT_A_CHOICE"}),
+    ),
+    Case(
+        "choice_log_level",
+        "type",
+        "log_level outside its choices (a dict lookup in Trainer.__init__)",
+        {"log_level": "loud"},
+        **fails("KeyError: 'loud'", "TRAINER_SETUP_REFUSED"),
+    ),
+    Case(
+        "choice_flash_attn",
+        "type",
+        "flash_attn outside its Literal",
+        {"flash_attn": "fa9"},
+        **fails("Unknown attention type: fa9", "MODEL_MODULES_REFUSED"),
+    ),
+    Case(
+        "choice_finetuning_type",
+        "type",
+        "finetuning_type outside its Literal",
+        {"finetuning_type": "lroa"},
+        **fails("Invalid fine-tuning method.", "LLAMAFACTORY_REFUSED"),
     ),
     Case(
         "type_template_unknown",
@@ -878,7 +905,7 @@ CASES: tuple[Case, ...] = (
         "pref_loss is a choice",
         {"stage": "dpo", "pref_loss": "hinge2"},
         build=pairs,
-        xfail=DPO_LOSS,
+        notes=frozenset({"VALUE_NOT_A_CHOICE"}),
     ),
     Case("stage_kto_tagged", "stage", "kto on rows with a kto_tag column", {"stage": "kto"}, build=kto_rows),
     Case(
@@ -909,7 +936,7 @@ CASES: tuple[Case, ...] = (
         "ppo with the tiny model as a full reward model",
         {"stage": "ppo", "reward_model_type": "full"},
         build=lambda d, c: c.update(reward_model=c["model_name_or_path"]),
-        **fails("trl>=0.8.6,<=0.9.6 is required", "PACKAGE_MISSING", "PACKAGE_REQUIRED", xfail=PPO_TRL),
+        **fails("trl>=0.8.6,<=0.9.6 is required", "STAGE_PACKAGE_VERSION"),
     ),
     # values as LLaMA-Factory receives them from YAML (parse_dict converts nothing)
     Case(
@@ -1359,75 +1386,25 @@ def run_training(prep: Prepared, env: dict[str, str]) -> TrainResult:
     return TrainResult(proc.returncode, train_state(prep, proc.returncode), last_error_line(proc.stderr or proc.stdout))
 
 
-# LLaMA-Factory alone (hook off): each case as `llamafactory-cli train ARGS` runs it, one process for all.
-# The error kept is the whole exception (or, for a SystemExit, what was written to stderr before it), so
-# that the recorded words can be looked for in it.
-ALONE_RUNNER = r"""
-import contextlib, io, json, os, sys
-manifest, results_file = sys.argv[1], sys.argv[2]
-cases = json.load(open(manifest))
-results = {}
-for case in cases:
-    os.chdir(case["dir"])
-    saved = dict(os.environ)
-    for key, value in case["env"]:
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
-    sys.argv = ["llamafactory-cli", *case["args"]]
-    code, last, err = 0, "", io.StringIO()
-    try:
-        with contextlib.redirect_stderr(err):
-            from llamafactory.train.tuner import run_exp
-            run_exp()
-    except SystemExit as stop:
-        code = stop.code if isinstance(stop.code, int) else 1
-        last = f"SystemExit: {stop.code} " + err.getvalue()[-1500:]
-    except BaseException as exc:
-        code, last = 1, f"{type(exc).__name__}: {exc}"
-    sys.__stderr__.write(f"== {case['id']}\n" + err.getvalue()[-3000:] + "\n" + last[:3000] + "\n")
-    os.environ.clear()
-    os.environ.update(saved)
-    results[case["id"]] = {"exit": code, "last_error": " ".join(last.split())[:2000]}
-    with open(results_file, "w") as f:
-        json.dump(results, f)
-"""
-
-
+# LLaMA-Factory alone (hook off): each case as `llamafactory-cli train ARGS` runs it, one process for all
+# (tests/stock_runner.py, the same runner as the property oracle's).
 def run_alone(items: list[tuple[Prepared, Prepared]], work: Path, env: dict[str, str]) -> dict[str, TrainResult]:
     if not items:
         return {}
-    manifest = work / "alone_cases.json"
-    results_file = work / "alone_results.json"
-    manifest.write_text(
-        json.dumps([{"id": a.case.id, "dir": str(a.case_dir), "args": a.args, "env": a.case.env} for _, a in items])
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", ALONE_RUNNER, str(manifest), str(results_file)],
-        cwd=work,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=TRAIN_TIMEOUT_S * 3,
-    )
-    (work / "alone.log").write_text(proc.stdout + proc.stderr, encoding="utf-8")
-    raw = json.loads(results_file.read_text()) if results_file.is_file() else {}
+    cases = [{"id": a.case.id, "dir": str(a.case_dir), "args": a.args, "env": a.case.env} for _, a in items]
+    raw, proc = stock_runner.run_alone(cases, work, env, name="alone", timeout=TRAIN_TIMEOUT_S * 3)
     results = {}
     for _, alone in items:
         got = raw.get(alone.case.id)
         if got is None:  # the runner died before this case: say so, never guess
             results[alone.case.id] = TrainResult(-1, "partial", last_error_line(proc.stderr) or "runner died")
         else:
-            results[alone.case.id] = TrainResult(got["exit"], train_state(alone, got["exit"]), got["last_error"])
+            results[alone.case.id] = TrainResult(got["exit"], train_state(alone, got["exit"]), got["error"])
     return results
 
 
 def alone_env(work: Path) -> dict[str, str]:
-    stub = work / "site" / "torchaudio"  # LLaMA-Factory imports torchaudio; the hook's stand-in is off
-    stub.mkdir(parents=True, exist_ok=True)
-    (stub / "__init__.py").write_text("")
-    return offline_env(work, LLAMAFACTORY_ROCM="0", PYTHONPATH=str(work / "site"), **SUBPROCESS_ENV)
+    return stock_runner.hook_off_env(work, **SUBPROCESS_ENV)
 
 
 @dataclass

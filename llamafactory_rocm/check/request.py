@@ -54,7 +54,7 @@ class CheckRequest:
 def rule_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """Every variable a rule reads, from this process: the machine's (probe) and the world's (rules/world.py)."""
     from ..machine.probe import relevant_env
-    from ..rules.world import WORLD_ENV_VARS
+    from ..machine.snapshot import WORLD_ENV_VARS
 
     environ = os.environ if environ is None else environ
     return {**relevant_env(environ), **{k: environ[k] for k in WORLD_ENV_VARS if k in environ}}

@@ -157,7 +157,9 @@ def accept_findings(findings: list[Finding], accepted: frozenset[str]) -> list[F
 
 # Dry-run refusals that depend on this machine's files and packages: planning for another machine,
 # they are requirements for that machine, not errors here.
-_TARGET_DEPENDENT = frozenset({"MODEL_NOT_FOUND", "OPTIMIZER_UNAVAILABLE", "REPORTER_UNAVAILABLE"})
+_TARGET_DEPENDENT = frozenset(
+    {"MODEL_NOT_FOUND", "OPTIMIZER_UNAVAILABLE", "REPORTER_UNAVAILABLE", "STAGE_PACKAGE_VERSION"}
+)
 
 
 def dry_launch_findings(config: Mapping[str, Any], snapshot: Snapshot) -> tuple[list[Finding], Any]:

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from ..findings import Finding, Level
-from .stages import UnknownStage, data_stage
+from .stages import NoWorkflow, UnknownStage, data_stage, trainer_requirements
 from .text_only import text_only_llamafactory
 from .verdict import _quiet, _restored_environ
 
@@ -152,8 +152,18 @@ class _Launch:
         run.stage = self.finetuning_args.stage
         try:
             run.data_stage = data_stage(run.stage)
+        except NoWorkflow:
+            run.error(
+                code="STAGE_UNKNOWN",
+                message=f"LLaMA-Factory has no workflow for stage {run.stage!r}: run_exp stops with "
+                f'"Unknown task: {run.stage}." (train/tuner.py)',
+                fix="Set stage to one LLaMA-Factory trains: pt, sft, rm, ppo, dpo or kto.",
+                key="stage",
+            )
+            return
         except UnknownStage as exc:
             run.skip("the data pipeline", str(exc))
+        self.check_stage_requirements()
         self.timed("output_dir", self.check_output_dir)
         reachable = self.reachable()
         if reachable:
@@ -164,6 +174,26 @@ class _Launch:
             self.timed("model", self.build_model)
         self.timed("resume", self.check_resume)
         self.timed("trainer", self.trainer_setup)
+
+    # -- the stage's trainer pins ------------------------------------------------------------------
+    def check_stage_requirements(self) -> None:
+        """The versions the stage's trainer requires when it is built (ppo: trl), with transformers' own
+        ``require_version``, the call the trainer makes (lf/stages.py reads the requirement from it)."""
+        from transformers.utils.versions import require_version
+
+        stage = self.run.stage
+        for requirement in trainer_requirements(stage):
+            try:
+                require_version(requirement)
+            except ImportError as exc:
+                self.run.error(
+                    code="STAGE_PACKAGE_VERSION",
+                    message=f"LLaMA-Factory's {stage} trainer requires {requirement} (train/{stage}/trainer.py "
+                    f"require_version), checked when it is built after the model is loaded: {_words(exc)}",
+                    fix=f'pip install "{requirement}" in the training environment (a separate venv if other '
+                    "stages need another version).",
+                    key="stage",
+                )
 
     # -- output_dir -------------------------------------------------------------------------------
     def check_output_dir(self) -> None:
@@ -534,6 +564,18 @@ class _Launch:
         from transformers.optimization import get_scheduler
 
         args = self.training_args
+        try:
+            args.get_process_log_level()  # Trainer.__init__ (trainer.py): logging.set_verbosity(...) of it
+        except (KeyError, ValueError) as exc:
+            # it looks up both: the one refused is the one the KeyError names
+            key = "log_level" if exc.args and exc.args[0] == args.log_level else "log_level_replica"
+            self.run.error(
+                code="TRAINER_SETUP_REFUSED",
+                message=f"transformers' Trainer set-up refused {key} {getattr(args, key)!r}: "
+                f"TrainingArguments.get_process_log_level raised {type(exc).__name__}: {_words(exc)}",
+                fix=f"Set {key} to one of: debug, info, warning, error, critical, passive.",
+                key=key,
+            )
         model = self.model if self.model is not None else torch.nn.Linear(1, 1, device="meta")
         optimizer = None
         try:

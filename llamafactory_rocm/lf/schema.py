@@ -38,6 +38,18 @@ class Coercion:
 
 
 @dataclass(frozen=True)
+class NotAChoice:
+    """A YAML value outside its field's choices (a ``Literal`` or an enum). ``parse_dict`` checks no
+    choices: LLaMA-Factory's own ``__post_init__`` checks, transformers' enums or the trainer decide, and
+    many such values train (``pref_loss: hinge2``, a GaLore choice without GaLore); on the command line
+    argparse refuses them (``_parse_given``)."""
+
+    key: str
+    value: Any
+    expected: str
+
+
+@dataclass(frozen=True)
 class Schema:
     keys: frozenset[str]
     source: str  # what the keys were read from, for the report
@@ -52,13 +64,17 @@ class Schema:
         """Each value of another type that converts losslessly to its field's: ``"1024"``, ``2.0``."""
         return [found for found in self._judge_values(config) if isinstance(found, Coercion)]
 
-    def _judge_values(self, config: Mapping[str, Any]) -> list[ValueProblem | Coercion]:
+    def values_not_choices(self, config: Mapping[str, Any]) -> list[NotAChoice]:
+        """Each value outside its field's choices, which LLaMA-Factory's YAML path does not check itself."""
+        return [found for found in self._judge_values(config) if isinstance(found, NotAChoice)]
+
+    def _judge_values(self, config: Mapping[str, Any]) -> list[ValueProblem | Coercion | NotAChoice]:
         """Values as LLaMA-Factory receives them from a YAML file: ``HfArgumentParser.parse_dict`` (parser.py
         ``_parse_args``) converts nothing, so a quoted number reaches the optimizer as a string. The declared
         type is the parser's own action type for the field (``int``, ``float``, ``string_to_bool``, choices)."""
         if self.parser is None:
             return []
-        found: list[ValueProblem | Coercion] = []
+        found: list[ValueProblem | Coercion | NotAChoice] = []
         template = config.get("template")
         if self.templates and isinstance(template, str) and template not in self.templates:
             # LLaMA-Factory refuses it only after loading the tokenizer: "Template x does not exist."
@@ -88,20 +104,24 @@ class Schema:
 _UNCHANGED = object()
 
 
-def _judge(action: argparse.Action, key: str, value: Any) -> ValueProblem | Coercion | None:
+def _judge(action: argparse.Action, key: str, value: Any) -> ValueProblem | Coercion | NotAChoice | None:
     """None when the field takes ``value`` as it is; a Coercion when it has one lossless meaning in the
-    field's type; a ValueProblem when it has none."""
+    field's type; a ValueProblem when it has none; a NotAChoice when it converts but is not a choice."""
     expected = _expected(action)
-    if isinstance(value, list) and action.nargs in ("+", "*"):
-        bad = any(not _converts(action, item) for item in value)
-        return ValueProblem(key, value, expected) if bad else None
+    items = value if isinstance(value, list) and action.nargs in ("+", "*") else None
+    if items is not None:
+        if any(not _converts(action, item) for item in items):
+            return ValueProblem(key, value, expected)
+        return None if all(_is_choice(action, item) for item in items) else NotAChoice(key, value, expected)
     kind = action.type
     if kind is int or kind is float or getattr(kind, "__name__", "") == "string_to_bool":
         new = _lossless(kind, value)
         if new is None:
             return ValueProblem(key, value, expected)
         return None if new is _UNCHANGED else Coercion(key, value, new, expected)
-    return None if _converts(action, value) else ValueProblem(key, value, expected)
+    if not _converts(action, value):
+        return ValueProblem(key, value, expected)
+    return None if _is_choice(action, value) else NotAChoice(key, value, expected)
 
 
 def _lossless(kind: Any, value: Any) -> Any:
@@ -144,13 +164,21 @@ def _lossless(kind: Any, value: Any) -> Any:
 
 
 def _converts(action: argparse.Action, value: Any) -> bool:
+    """Whether the parser's type function takes the value (its choices are ``_is_choice``'s)."""
     text = value if isinstance(value, str) else _cli_text(value)
-    convert = action.type or (lambda s: s)
     try:
-        converted = convert(text)
+        (action.type or str)(text)
     except (TypeError, ValueError, argparse.ArgumentTypeError):
         return False
-    return action.choices is None or converted in action.choices
+    return True
+
+
+def _is_choice(action: argparse.Action, value: Any) -> bool:
+    """argparse's own test (``_check_value`` after ``_get_values``): the converted value in ``choices``."""
+    if action.choices is None:
+        return True
+    text = value if isinstance(value, str) else _cli_text(value)
+    return (action.type or str)(text) in action.choices
 
 
 def _cli_text(value: Any) -> str:
@@ -199,8 +227,24 @@ def _parse_given(parser: Any, argv: list[str]) -> dict[str, Any]:
             action.default, action.required, action.type, action.choices = default, required, kind, choices
         parser.error = saved_error
     given = {key: _convert(parser, key, value) for key, value in vars(namespace).items() if key != "help"}
+    _refuse_non_choices(parser, given)
     given.update(_unknown_flags(unknown))
     return given
+
+
+def _refuse_non_choices(parser: Any, given: Mapping[str, Any]) -> None:
+    """On the command line argparse refuses a value outside a field's choices before anything runs
+    (``invalid choice``, exit 2); LLaMA-Factory's flag form goes through it (``parse_args_into_dataclasses``)."""
+    for key, value in given.items():
+        action = parser._option_string_actions.get(f"--{key}")
+        if action is None or action.choices is None:
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            if _converts(action, item) and not _is_choice(action, item):
+                try:
+                    parser._check_value(action, (action.type or str)(item))  # argparse's own words
+                except argparse.ArgumentError as exc:
+                    raise UsageError(f"LLaMA-Factory's parser refuses these flags: {exc}.") from None
 
 
 def _convert(parser: Any, key: str, value: Any) -> Any:

@@ -1,9 +1,12 @@
-"""The data stage each LLaMA-Factory training stage really passes to ``get_dataset``, read from its source.
+"""What each LLaMA-Factory training stage really does at launch, read from its source: the data stage
+its workflow passes to ``get_dataset``, and the package versions its trainer requires.
 
 LLaMA-Factory's workflows do not pass their own stage name to the data pipeline: ``run_dpo`` calls
 ``get_dataset(..., stage="rm")`` (pairwise data), and so on (docs/llamafactory-launch.md#d3). The answer
 is read from the installed ``llamafactory/train/<stage>/workflow.py`` with ``ast``: the package is found
 with ``importlib.util.find_spec`` and the file parsed, never imported, so no table here can drift from the library.
+The same holds for ``require_version("trl>=0.8.6,<=0.9.6", ...)`` in ``train/ppo/trainer.py``: a pin the
+trainer checks only when it is built, after the model is loaded (docs/llamafactory-launch.md#d8).
 """
 
 from __future__ import annotations
@@ -18,19 +21,27 @@ class UnknownStage(ValueError):
     """LLaMA-Factory has no workflow for this stage, or its workflow calls ``get_dataset`` differently."""
 
 
-@cache
-def data_stage(stage: str) -> str:
-    """The ``stage=`` keyword that ``llamafactory.train.<stage>.workflow`` passes to ``get_dataset``."""
+class NoWorkflow(UnknownStage):
+    """LLaMA-Factory has no workflow for this stage: ``run_exp`` raises "Unknown task: <stage>."."""
+
+
+def _stage_file(stage: str, name: str) -> Path | None:
+    """``llamafactory/train/<stage>/<name>`` of the installed LLaMA-Factory, or None."""
     if not stage.isidentifier():
-        raise UnknownStage(f"{stage!r} is not a LLaMA-Factory stage")
+        return None
     # find_spec on "llamafactory.train.<stage>.workflow" would import its parent packages (the trainers):
     # only the top-level package is located, which imports nothing.
     spec = importlib.util.find_spec("llamafactory")
     roots = list(spec.submodule_search_locations or []) if spec is not None else []
-    paths = [Path(root) / "train" / stage / "workflow.py" for root in roots]
-    path = next((p for p in paths if p.is_file()), None)
+    return next((p for p in (Path(root) / "train" / stage / name for root in roots) if p.is_file()), None)
+
+
+@cache
+def data_stage(stage: str) -> str:
+    """The ``stage=`` keyword that ``llamafactory.train.<stage>.workflow`` passes to ``get_dataset``."""
+    path = _stage_file(stage, "workflow.py")
     if path is None:
-        raise UnknownStage(f"LLaMA-Factory has no workflow for stage {stage!r} (train/{stage}/workflow.py)")
+        raise NoWorkflow(f"LLaMA-Factory has no workflow for stage {stage!r} (train/<stage>/workflow.py)")
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     found = {
         keyword.value.value
@@ -44,6 +55,25 @@ def data_stage(stage: str) -> str:
             f"{path} calls get_dataset with stage={sorted(found)}; expected one constant (LLaMA-Factory changed)"
         )
     return found.pop()
+
+
+@cache
+def trainer_requirements(stage: str) -> tuple[str, ...]:
+    """The requirement strings the stage's trainer passes to transformers' ``require_version`` (its first
+    argument, a constant): ``("trl>=0.8.6,<=0.9.6",)`` for ppo in LLaMA-Factory 0.9.5, none for the others."""
+    path = _stage_file(stage, "trainer.py")
+    if path is None:
+        return ()
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    return tuple(
+        node.args[0].value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and _called_name(node.func) == "require_version"
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+        and isinstance(node.args[0].value, str)
+    )
 
 
 def _called_name(func: ast.expr) -> str | None:

@@ -22,31 +22,13 @@ SNAPSHOT_SCHEMA_VERSION = 3
 # Others (often one named after the user) are not kept.
 GPU_GROUPS = ("render", "video")
 
-# Environment variables that change how ROCm, torch or the launcher behave (docs/rocm-facts.md#r6,
-# docs/rocm-facts.md#f10 and docs/rocm-facts.md#f11). The probe records exactly these.
-RELEVANT_ENV_VARS = (
-    "PYTORCH_ROCM_ARCH",
-    "HSA_OVERRIDE_GFX_VERSION",
-    "GPU_ARCHS",
-    "HIP_VISIBLE_DEVICES",
-    "CUDA_VISIBLE_DEVICES",
-    "ROCR_VISIBLE_DEVICES",
-    "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL",
-    "FLASH_ATTENTION_TRITON_AMD_ENABLE",
-    "PYTORCH_CUDA_ALLOC_CONF",
-    "PYTORCH_HIP_ALLOC_CONF",
-    "HSA_NO_SCRATCH_RECLAIM",
-    "GPU_MAX_HW_QUEUES",
-    "HIP_FORCE_DEV_KERNARG",
-    "NCCL_MIN_NCHANNELS",
-    "TORCH_NCCL_HIGH_PRIORITY",
-    "FORCE_TORCHRUN",
-    "NPROC_PER_NODE",
-    "OPTIM_TORCH",
-    "ALLOW_EXTRA_ARGS",
-    # the world, RCCL and Ray (rules/world.py); not MASTER_ADDR: a host name stays out of records
+# What the world rule reads from the environment (rules/world.py): torchrun's and LLaMA-Factory's
+# launcher variables, RCCL's and Ray's (docs/rocm-facts.md#l14, #w2, #w3, #w4).
+WORLD_ENV_VARS = (
     "NNODES",
     "NODE_RANK",
+    "NPROC_PER_NODE",
+    "MASTER_ADDR",
     "MASTER_PORT",
     "RDZV_ID",
     "MIN_NNODES",
@@ -54,13 +36,37 @@ RELEVANT_ENV_VARS = (
     "USE_RAY",
     "NCCL_SOCKET_IFNAME",
     "GLOO_SOCKET_IFNAME",
+    "NCCL_MIN_NCHANNELS",
+    "TORCH_NCCL_HIGH_PRIORITY",
+    "HSA_NO_SCRATCH_RECLAIM",
+    "HIP_FORCE_DEV_KERNARG",
+    "HIP_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES",
     "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES",
     "RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES",
     "RAY_EXPERIMENTAL_NOSET_ROCR_VISIBLE_DEVICES",
+)
+# Environment variables that change how ROCm, torch or the launcher behave (docs/rocm-facts.md#r6,
+# docs/rocm-facts.md#f10 and docs/rocm-facts.md#f11). The probe records exactly these: the world's
+# too, but not MASTER_ADDR (a host name stays out of records; the world rule reads it live).
+RELEVANT_ENV_VARS = (
+    "PYTORCH_ROCM_ARCH",
+    "HSA_OVERRIDE_GFX_VERSION",
+    "GPU_ARCHS",
+    "CUDA_VISIBLE_DEVICES",
+    "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL",
+    "FLASH_ATTENTION_TRITON_AMD_ENABLE",
+    "PYTORCH_CUDA_ALLOC_CONF",
+    "PYTORCH_HIP_ALLOC_CONF",
+    "GPU_MAX_HW_QUEUES",
+    "FORCE_TORCHRUN",
+    "OPTIM_TORCH",
+    "ALLOW_EXTRA_ARGS",
     # RDNA4 / Strix Halo faults, Radeon multi-GPU hangs, WSL2 (docs/rocm-facts.md#n7, #n15, #n14)
     "PYTORCH_NO_HIP_MEMORY_CACHING",
     "NCCL_P2P_DISABLE",
     "HSA_ENABLE_DXG_DETECTION",
+    *(name for name in WORLD_ENV_VARS if name != "MASTER_ADDR"),
 )
 
 

@@ -7,7 +7,9 @@ optimizer as a string (``TypeError``), ``max_steps: 2.0`` reaches ``range()`` as
 type, ``lf/schema.py``) that has one lossless meaning in it is rewritten to it (``VALUE_COERCED``, a
 change, so the run trains as written); a value that has none is refused, naming the key
 (``VALUE_INVALID``). A value the trainer takes as it is (``1`` for a float, ``"true"`` for a bool) is
-left alone.
+left alone. A value outside a field's choices is said (``VALUE_NOT_A_CHOICE``, a warning) and never
+refused here: ``parse_dict`` checks no choices, and LLaMA-Factory trains with many such values
+(``pref_loss: hinge2``); where it does not, its own parser or the dry run refuses them in its words.
 """
 
 from __future__ import annotations
@@ -53,5 +55,17 @@ def refuse_unconvertible_values(config: Mapping[str, Any], env: Mapping[str, str
             fix=f"Give {problem.key} {problem.expected}.",
         )
         for problem in ctx.schema.value_problems(config)
+    ]
+    findings += [
+        Finding(
+            code="VALUE_NOT_A_CHOICE",
+            level=Level.WARNING,
+            key=other.key,
+            old=other.value,
+            message=f"{other.key}: {other.value!r} is not {other.expected}. LLaMA-Factory checks no choices in "
+            "a config file and hands it on as written (the same flag on the command line is refused).",
+            fix=f"Give {other.key} {other.expected}, unless your LLaMA-Factory or trainer knows this value.",
+        )
+        for other in ctx.schema.values_not_choices(config)
     ]
     return Step(new, dict(env), findings)

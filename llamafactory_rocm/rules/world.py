@@ -4,8 +4,9 @@ when planning, or Ray's workers), the global batch it makes, and what RCCL and R
 LLaMA-Factory's launcher reads NNODES, NODE_RANK, NPROC_PER_NODE, MASTER_ADDR, MASTER_PORT (and
 RDZV_ID, MIN_NNODES, MAX_NNODES for an elastic launch) and hands them to torchrun
 (docs/rocm-facts.md#l14). Every node runs the same command, so this rule reads the same variables on
-each. Facts: docs/rocm-facts.md#w1 (batch arithmetic), #w2 (network interfaces), #w3 (MI300X
-environment), #w4 (Ray's visible devices on AMD), #f10 (iommu=pt).
+each (their list: machine/snapshot.py ``WORLD_ENV_VARS``). Facts: docs/rocm-facts.md#w1 (batch
+arithmetic), #w2 (network interfaces), #w3 (MI300X environment), #w4 (Ray's visible devices on AMD),
+#f10 (iommu=pt).
 """
 
 from __future__ import annotations
@@ -21,29 +22,6 @@ from ..findings import Finding, Level
 from .base import Context, Step, truthy, unchanged
 from .multi_gpu import iommu_pt_missing
 
-# What this rule reads from the environment (the hook sees them when the probe records them).
-WORLD_ENV_VARS = (
-    "NNODES",
-    "NODE_RANK",
-    "NPROC_PER_NODE",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "RDZV_ID",
-    "MIN_NNODES",
-    "MAX_NNODES",
-    "USE_RAY",
-    "NCCL_SOCKET_IFNAME",
-    "GLOO_SOCKET_IFNAME",
-    "NCCL_MIN_NCHANNELS",
-    "TORCH_NCCL_HIGH_PRIORITY",
-    "HSA_NO_SCRATCH_RECLAIM",
-    "HIP_FORCE_DEV_KERNARG",
-    "HIP_VISIBLE_DEVICES",
-    "ROCR_VISIBLE_DEVICES",
-    "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES",
-    "RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES",
-    "RAY_EXPERIMENTAL_NOSET_ROCR_VISIBLE_DEVICES",
-)
 # AMD's MI300X settings for multi-GPU training (docs/rocm-facts.md#f10, #w3): name -> value.
 MI300X_ENV = {
     "NCCL_MIN_NCHANNELS": "112",

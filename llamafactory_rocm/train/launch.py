@@ -88,8 +88,10 @@ def train(
         resolved.write_text(dump_yaml(report.config), encoding="utf-8")
         print(f"\nwarning: the launch record could not be written in {output_dir} ({exc}); training goes on.\n")
     os.environ.update(report.resolution.env_changes)
-    from ..machine.probe import take_snapshot
+    from ..machine.probe import relevant_env
 
-    # The ranks trust this check when they read the same config on the same machine (train/hook.py).
-    os.environ[CHECKED_ENV] = checked_token(load_config(resolved), take_snapshot())
+    # The ranks trust this check when they read the same config on the same machine (train/hook.py): the
+    # machine is the one the check probed, with the environment the ranks will see (env_changes applied).
+    machine = report.snapshot.model_copy(update={"env": relevant_env()})
+    os.environ[CHECKED_ENV] = checked_token(load_config(resolved), machine)
     return hand_over(resolved)
