@@ -81,6 +81,8 @@ CHANGES: tuple[tuple[str, object], ...] = (
     ("report_to", "tensorboard"),
     ("lora_dropout", 0.1),
     ("weight_decay", 0.01),
+    ("pref_loss", "hinge2"),  # outside its Literal: parse_dict checks no choices, and DPO trains with it
+    ("log_level", "loud"),  # outside its choices: Trainer.__init__'s dict lookup stops the run
 )
 ORACLE_CONFIGS = st.fixed_dictionaries(
     {

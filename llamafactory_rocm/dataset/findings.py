@@ -155,5 +155,5 @@ def _data_stage(stage: Any) -> str:
 
     try:
         return data_stage(str(stage or "sft"))
-    except UnknownStage:  # not a stage: LLaMA-Factory's parser refuses the value; check the rows as sft
+    except UnknownStage:  # no workflow: the dry run refuses it (STAGE_UNKNOWN); check the rows as sft
         return "sft"
