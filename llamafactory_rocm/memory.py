@@ -138,6 +138,21 @@ def lf_default(key: str) -> Any:
     return field_defaults()[key]
 
 
+# LLaMA-Factory loads the base model with ``init_kwargs["torch_dtype"] = "auto"`` (0.9.5
+# ``model/loader.py`` ``load_model``), so the weights stay in the checkpoint's own dtype (config.json's
+# ``torch_dtype``, ``dtype`` in transformers 5) whatever bf16/fp16 say: those set the compute dtype, and only
+# trainable parameters are cast (``model/adapter.py`` ``init_adapter``). tests/test_memory.py pins the line.
+_DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2}
+
+
+def checkpoint_weight_bytes(model_cfg: Mapping[str, Any] | None) -> int:
+    """Bytes per parameter of the weights as ``from_pretrained(torch_dtype="auto")`` loads them. A config.json
+    without a dtype makes transformers read it from the weights, which are not read here: half precision,
+    what released checkpoints ship, is assumed."""
+    named = (model_cfg or {}).get("torch_dtype") or (model_cfg or {}).get("dtype") or ""
+    return _DTYPE_BYTES.get(str(named).removeprefix("torch."), 2)
+
+
 @dataclass(frozen=True)
 class TrainingShape:
     """The parts of a LLaMA-Factory config that decide memory. The class defaults serve the calibration
@@ -152,13 +167,15 @@ class TrainingShape:
     gradient_checkpointing: bool = True  # LLaMA-Factory enables it unless disable_gradient_checkpointing
     fused_loss: bool = False  # enable_liger_kernel (or a chunked loss): logits never fully materialised
     optimizer_bytes: int = 8  # AdamW: two fp32 states per trainable parameter
-    weight_bytes: int = 2  # bf16/fp16 weights
+    weight_bytes: int = 2  # the checkpoint's dtype (checkpoint_weight_bytes): bf16/fp16 weights
     freeze_layers: int = 2
     zero_stage: int = 0  # DeepSpeed ZeRO stage (FSDP full shard counts as 3)
     world_size: int = 1
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any], world_size: int = 1) -> TrainingShape:
+    def from_config(cls, config: Mapping[str, Any], world_size: int = 1, weight_bytes: int = 2) -> TrainingShape:
+        """``weight_bytes``: the checkpoint's, ``checkpoint_weight_bytes(model config)``."""
+
         def get(key: str) -> Any:
             return config[key] if key in config else lf_default(key)
 
@@ -176,7 +193,7 @@ class TrainingShape:
             gradient_checkpointing=not bool(get("disable_gradient_checkpointing")),
             fused_loss=bool(get("enable_liger_kernel")),
             optimizer_bytes=2 if "8bit" in optim else 0 if optim == "sgd" else 8,
-            weight_bytes=4 if not (get("bf16") or get("fp16") or get("pure_bf16")) else 2,
+            weight_bytes=weight_bytes,
             freeze_layers=abs(int(get("freeze_trainable_layers"))),
             zero_stage=zero_stage_of(config),
             world_size=max(1, world_size),
@@ -269,19 +286,24 @@ def estimate_config(config: Mapping[str, Any], world_size: int = 1) -> Estimate 
         return None
     try:
         shape, parameters = shape_and_count(model_cfg)
-        train = TrainingShape.from_config(config, world_size)
+        train = TrainingShape.from_config(config, world_size, checkpoint_weight_bytes(model_cfg))
     except UNESTIMABLE:
         return None
     return estimate(shape, parameters, train)
 
 
 def largest_fitting_batch(
-    shape: ModelShape, parameters: int, config: Mapping[str, Any], budget_gib: float, world_size: int = 1
+    shape: ModelShape,
+    parameters: int,
+    config: Mapping[str, Any],
+    budget_gib: float,
+    world_size: int = 1,
+    weight_bytes: int = 2,
 ) -> int | None:
     """The largest per_device_train_batch_size whose estimate fits ``budget_gib`` (None if even 1 does not)."""
     start = int(config.get("per_device_train_batch_size", lf_default("per_device_train_batch_size")))
     for batch in range(start, 0, -1):
-        train = TrainingShape.from_config({**config, "per_device_train_batch_size": batch}, world_size)
+        train = TrainingShape.from_config({**config, "per_device_train_batch_size": batch}, world_size, weight_bytes)
         if estimate(shape, parameters, train).total_gib <= budget_gib:
             return batch
     return None

@@ -19,7 +19,7 @@ from conftest import offline_env, tiny_train_config
 import llamafactory_rocm.models as models_package
 from llamafactory_rocm.findings import Level
 from llamafactory_rocm.lf.dry_run import checkpoint_loadable, dry_launch
-from llamafactory_rocm.lf.stages import NoWorkflow, UnknownStage, data_stage, trainer_requirements
+from llamafactory_rocm.lf.stages import NoWorkflow, UnknownStage, adds_valuehead, data_stage, trainer_requirements
 from llamafactory_rocm.lf.text_only import text_only_llamafactory
 
 
@@ -95,6 +95,17 @@ def test_trainer_requirements_are_the_pins_the_trainers_pass_to_require_version(
         pins = re.findall(r'require_version\(\s*"([^"]+)"', source)
         assert list(trainer_requirements(stage)) == pins
     assert trainer_requirements("foo") == ()
+
+
+def test_the_stages_that_load_a_value_head_are_read_from_their_workflows():
+    with text_only_llamafactory():
+        spec = importlib.util.find_spec("llamafactory")
+    root = Path(next(iter(spec.submodule_search_locations)))
+    for stage in ("sft", "pt", "rm", "dpo", "kto", "ppo"):
+        source = (root / "train" / stage / "workflow.py").read_text(encoding="utf-8")
+        loads = re.search(r"model = load_model\([^)]*add_valuehead=True", source) is not None
+        assert adds_valuehead(stage) is loads, stage
+    assert {s for s in ("sft", "pt", "rm", "dpo", "kto", "ppo") if adds_valuehead(s)} == {"rm", "ppo"}
 
 
 def test_an_unknown_stage_and_a_stage_pin_are_refused_as_the_run_refuses(tiny_model, tmp_path, data):

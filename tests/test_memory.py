@@ -183,3 +183,54 @@ def test_a_model_in_the_hugging_face_cache_is_read_by_transformers(tmp_path, mon
     assert found is not None and found["hidden_size"] == 64 and found["num_key_value_heads"] == 2
     assert model_config_for("someone/tiny") is None  # not in the default cache, not shipped
     assert model_config_for(LLAMA3)["hidden_size"] == 4096  # not cached: the shipped shapes
+
+
+def test_llamafactory_loads_the_checkpoints_own_dtype():
+    """The premise of checkpoint_weight_bytes, pinned to LLaMA-Factory's line: load_model asks for
+    torch_dtype="auto" (the checkpoint's dtype), whatever bf16/fp16 say."""
+    import inspect
+
+    from llamafactory_rocm.lf.text_only import text_only_llamafactory
+
+    with text_only_llamafactory():
+        from llamafactory.model import loader
+    assert 'init_kwargs["torch_dtype"] = "auto"' in inspect.getsource(loader.load_model)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_frozen_weights_are_counted_in_the_dtype_llamafactory_loads_them_in(tiny_model, tmp_path, dtype):
+    """The oracle is LLaMA-Factory's own load_model (LoRA, no bf16/fp16 key): the frozen base weights'
+    element size is what the estimate counts."""
+    import json
+    import shutil
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from llamafactory_rocm.lf.text_only import text_only_llamafactory
+    from llamafactory_rocm.memory import checkpoint_weight_bytes
+
+    folder = tmp_path / dtype
+    shutil.copytree(tiny_model, folder)
+    AutoModelForCausalLM.from_pretrained(tiny_model, dtype=getattr(torch, dtype)).save_pretrained(folder)
+    with text_only_llamafactory():
+        from llamafactory.hparams import get_train_args
+        from llamafactory.model import load_model, load_tokenizer
+    args = {"model_name_or_path": str(folder), "stage": "sft", "do_train": True, "finetuning_type": "lora"}
+    args.update(output_dir=str(tmp_path / "out"), template="default", dataset="x")
+    model_args, _, _, finetuning_args, _ = get_train_args(args)
+    tokenizer = load_tokenizer(model_args)["tokenizer"]
+    model = load_model(tokenizer, model_args, finetuning_args, is_trainable=True)
+    frozen = next(p for n, p in model.named_parameters() if not p.requires_grad and "embed_tokens" in n)
+    assert frozen.element_size() == checkpoint_weight_bytes(json.loads((folder / "config.json").read_text()))
+
+
+def test_a_lora_run_without_precision_keys_counts_half_precision_weights_for_a_bf16_checkpoint():
+    from llamafactory_rocm.memory import checkpoint_weight_bytes, shipped_models
+
+    llama = shipped_models()["meta-llama/meta-llama-3-8b-instruct"]
+    shape, parameters = shape_and_count(llama)
+    plain = TrainingShape.from_config({"finetuning_type": "lora"}, 1, checkpoint_weight_bytes(llama))
+    assert estimate(shape, parameters, plain).weights_gib == pytest.approx(parameters * 2 / 2**30)
+    assert checkpoint_weight_bytes({"torch_dtype": "float32"}) == 4
+    assert checkpoint_weight_bytes({"dtype": "float16"}) == 2 and checkpoint_weight_bytes({}) == 2

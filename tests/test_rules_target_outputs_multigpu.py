@@ -111,6 +111,23 @@ def test_resuming_from_a_checkpoint_without_weights_is_refused():
     # no resume happens: overwriting, an explicit checkpoint, or no training
     for other in ({"overwrite_output_dir": True}, {"resume_from_checkpoint": "out/checkpoint-2"}, {"do_train": False}):
         assert outputs.resume_only_from_whole_checkpoints({**config, **other}, {}, ctx).findings == []
+    # rm/ppo with full or freeze tuning never resume (LLaMA-Factory's can_resume_from_checkpoint)
+    for stage, method in (("rm", "full"), ("ppo", "freeze")):
+        never = {**config, "stage": stage, "finetuning_type": method}
+        assert outputs.resume_only_from_whole_checkpoints(never, {}, ctx).findings == []
+    assert outputs.resume_only_from_whole_checkpoints({**config, "stage": "rm"}, {}, ctx).findings  # lora resumes
+
+
+def test_the_stages_that_never_resume_are_llamafactorys_line():
+    import inspect
+
+    from llamafactory_rocm.lf.text_only import text_only_llamafactory
+
+    with text_only_llamafactory():
+        from llamafactory.hparams.parser import get_train_args
+    source = inspect.getsource(get_train_args)
+    line = 'if finetuning_args.stage in ["rm", "ppo"] and finetuning_args.finetuning_type in ["full", "freeze"]:'
+    assert line in source and "can_resume_from_checkpoint = False" in source
 
 
 def test_the_resume_checkpoint_is_transformers_own_choice_and_its_weights_are_looked_for(tmp_path):

@@ -49,7 +49,51 @@ def test_two_nodes_of_eight_state_the_global_batch_arithmetic():
 def test_without_nproc_per_node_every_visible_gpu_is_a_rank():
     env = {"NNODES": "2"}
     assert world.read_world(CONFIG, env, make_ctx("mi300x_8gpu"))[0].size == 16
-    assert world.read_world(CONFIG, env, make_ctx("mi300x"))[0].size == 2
+    forced = {**env, "FORCE_TORCHRUN": "1"}  # one GPU per node: torchrun only when forced
+    size, problems = world.read_world(CONFIG, forced, make_ctx("mi300x"))
+    assert size.size == 2 and problems == []
+
+
+@pytest.mark.parametrize("env", [{"NNODES": "2"}, {"NNODES": "2", "FORCE_TORCHRUN": "yes"}, {"NPROC_PER_NODE": "2"}])
+def test_one_gpu_a_node_without_force_torchrun_is_one_process_and_refused(env):
+    """LLaMA-Factory's launcher starts torchrun only with FORCE_TORCHRUN or more than one device: each node
+    would train alone ("yes" is not one of is_env_enabled's words)."""
+    size, problems = world.read_world(CONFIG, env, make_ctx("mi300x"))
+    assert size.size == 1 and [(f.code, f.level, f.key) for f in problems] == [
+        ("WORLD_NOT_LAUNCHED", Level.ERROR, "FORCE_TORCHRUN")
+    ]
+    assert "FORCE_TORCHRUN=1" in problems[0].fix
+    assert world.read_world(CONFIG, {}, make_ctx("mi300x"))[1] == []  # one node, one GPU: nothing asked
+
+
+def test_when_planning_the_gpus_per_node_decide_whether_torchrun_starts():
+    target = Target(arch="gfx942", alias="mi300x", named_by="--gpu")
+    ctx = dataclasses.replace(make_ctx("cpu_only", target=target), snapshot=planned_snapshot(target, {}))
+    one_each = world.read_world(CONFIG, {"NNODES": "2", "NPROC_PER_NODE": "1"}, ctx)[1]
+    assert [f.code for f in one_each] == ["WORLD_NOT_LAUNCHED"]
+    assert world.read_world(CONFIG, {"NNODES": "2", "NPROC_PER_NODE": "8"}, ctx)[0].size == 16
+    assert world.read_world(CONFIG, {"NNODES": "2"}, ctx)[1] == []  # the target's GPU count is not known
+
+
+def test_the_torchrun_condition_and_the_switch_words_are_llamafactorys(monkeypatch):
+    """starts_torchrun and env_enabled mirror LLaMA-Factory's launcher line and is_env_enabled: the line is
+    pinned, and env_enabled answers as the real function does for each spelling."""
+    import inspect
+
+    from llamafactory_rocm.lf.text_only import text_only_llamafactory
+    from llamafactory_rocm.rules.base import env_enabled
+
+    with text_only_llamafactory():
+        from llamafactory import launcher
+        from llamafactory.extras.misc import is_env_enabled
+    source = " ".join(inspect.getsource(launcher.launch).split())
+    assert 'is_env_enabled("FORCE_TORCHRUN") or (get_device_count() > 1 and not use_ray() and not use_kt())' in source
+    assert 'if is_env_enabled("USE_MCA"): # force use torchrun os.environ["FORCE_TORCHRUN"] = "1"' in source
+    for value in ("1", "0", "true", "True", "y", "Y", "yes", "on", "false", ""):
+        monkeypatch.setenv("FORCE_TORCHRUN", value)
+        assert env_enabled({"FORCE_TORCHRUN": value}, "FORCE_TORCHRUN") is is_env_enabled("FORCE_TORCHRUN"), value
+    monkeypatch.delenv("OPTIM_TORCH", raising=False)
+    assert env_enabled({}, "OPTIM_TORCH", "1") is is_env_enabled("OPTIM_TORCH", "1")
 
 
 def test_steps_per_epoch_when_the_dataset_size_is_known():
@@ -163,7 +207,7 @@ def test_mi300x_settings_say_what_is_set_what_differs_and_what_is_missing():
 def test_iommu_pt_missing_on_one_gpu_nodes_is_said_once():
     snap = load_snapshot("mi300x").model_copy(update={"iommu_pt": False})
     ctx = dataclasses.replace(make_ctx("mi300x"), snapshot=snap)
-    env = {**TWO_NODES, "NPROC_PER_NODE": "1", **MI300X_TUNED}
+    env = {**TWO_NODES, "NPROC_PER_NODE": "1", "FORCE_TORCHRUN": "1", **MI300X_TUNED}  # one GPU: torchrun forced
     assert set(findings(world.network, CONFIG, env, ctx)) == {"IOMMU_PT_MISSING"}
     eight = make_ctx("mi300x_8gpu")
     eight = dataclasses.replace(eight, snapshot=eight.snapshot.model_copy(update={"iommu_pt": False}))

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from ..findings import Finding, Level
-from .stages import NoWorkflow, UnknownStage, data_stage, trainer_requirements
+from .stages import NoWorkflow, UnknownStage, adds_valuehead, data_stage, trainer_requirements
 from .text_only import text_only_llamafactory
 from .verdict import _quiet, _restored_environ
 
@@ -402,7 +402,7 @@ class _Launch:
         if self.tokenizer_module is None:
             return
         is_trainable = self.training_args.do_train
-        add_valuehead = self.run.stage in ("rm", "ppo")  # run_rm / run_ppo: load_model(..., add_valuehead=True)
+        add_valuehead = adds_valuehead(self.run.stage)  # run_rm / run_ppo: load_model(..., add_valuehead=True)
         saved = self.model_args.train_from_scratch
         # loader.py load_model: `if model_args.train_from_scratch: model = load_class.from_config(config, ...)`
         # else `load_class.from_pretrained(**init_kwargs)`: the one call that reads weights. With

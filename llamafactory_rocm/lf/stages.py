@@ -58,6 +58,21 @@ def data_stage(stage: str) -> str:
 
 
 @cache
+def adds_valuehead(stage: str) -> bool:
+    """Whether the stage's workflow loads its model with ``load_model(..., add_valuehead=True)`` (rm, ppo)."""
+    path = _stage_file(stage, "workflow.py")
+    if path is None:
+        return False
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    return any(
+        isinstance(node, ast.Call)
+        and _called_name(node.func) == "load_model"
+        and any(k.arg == "add_valuehead" and isinstance(k.value, ast.Constant) and k.value.value for k in node.keywords)
+        for node in ast.walk(tree)
+    )
+
+
+@cache
 def trainer_requirements(stage: str) -> tuple[str, ...]:
     """The requirement strings the stage's trainer passes to transformers' ``require_version`` (its first
     argument, a constant): ``("trl>=0.8.6,<=0.9.6",)`` for ppo in LLaMA-Factory 0.9.5, none for the others."""

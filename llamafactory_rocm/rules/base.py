@@ -91,3 +91,10 @@ def truthy(value: Any) -> bool:
     if isinstance(value, str):
         return value.strip().lower() in {"1", "true", "yes", "on"}
     return bool(value)
+
+
+def env_enabled(env: Mapping[str, str], name: str, default: str = "0") -> bool:
+    """LLaMA-Factory's reading of a switch variable (``extras/misc.py`` ``is_env_enabled``: "true", "y" or
+    "1", any case), on the mapping the rules see rather than this process's environment.
+    tests/test_rules_world.py pins it to the function."""
+    return env.get(name, default).lower() in ("true", "y", "1")

@@ -10,14 +10,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..findings import Finding, Level
-from ..memory import GIB, UNESTIMABLE, model_config_for, shape_and_count
+from ..memory import GIB, UNESTIMABLE, checkpoint_weight_bytes, model_config_for, shape_and_count
 from .base import Context, Rule, Step, unchanged
 from .memory_fit import BUDGET
 
-# Bytes per parameter of the dtype export_model loads the model in. infer_dtype "auto" loads in the
-# model's half precision on a GPU: LLaMA-Factory's patcher sets compute_dtype = infer_optim_dtype(config
-# dtype), which is bf16 or fp16 wherever a GPU is (llamafactory/model/patcher.py, extras/misc.py).
-_DTYPE_BYTES = {"auto": 2, "bfloat16": 2, "float16": 2, "float32": 4}
+# Bytes per parameter of an explicit infer_dtype. export_model (llamafactory/train/tuner.py) loads the model
+# in the checkpoint's own dtype (load_model's torch_dtype="auto", memory.checkpoint_weight_bytes) and then
+# converts it: to infer_dtype, or with "auto" to half precision where the checkpoint is fp32. The peak on
+# the device is the larger of the two.
+_DTYPE_BYTES = {"auto": 0, "bfloat16": 2, "float16": 2, "float32": 4}
 
 
 def _absent(value: Any) -> bool:
@@ -96,12 +97,13 @@ def export_memory(config: Mapping[str, Any], env: Mapping[str, str], ctx: Contex
         _, parameters = shape_and_count(model_cfg)
     except UNESTIMABLE:
         return unchanged(config, env)
+    per_param = max(per_param, checkpoint_weight_bytes(model_cfg))
     model_gib = parameters * per_param / GIB
     device_gib = sum(d.total_memory_bytes for d in devices) / GIB
     if model_gib <= BUDGET * device_gib:  # the share of a device the memory-fit rule counts on (rules/memory_fit.py)
         return unchanged(config, env)
     where = "the device" if len(devices) == 1 else f"the {len(devices)} devices together"
-    shown = "half precision" if dtype == "auto" else dtype
+    shown = {2: "half precision", 4: "float32"}.get(per_param, dtype)
     return unchanged(
         config,
         env,

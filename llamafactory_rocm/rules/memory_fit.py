@@ -12,7 +12,15 @@ from typing import Any
 
 from ..findings import Finding, Level
 from ..machine.snapshot import Device
-from ..memory import UNESTIMABLE, TrainingShape, estimate, largest_fitting_batch, shape_and_count
+from ..memory import (
+    UNESTIMABLE,
+    TrainingShape,
+    checkpoint_weight_bytes,
+    estimate,
+    largest_fitting_batch,
+    lf_default,
+    shape_and_count,
+)
 from .base import Context, Step, truthy, unchanged
 from .world import world_size
 
@@ -44,7 +52,8 @@ def memory_fit(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) 
     world = world_size(config, env, ctx)  # NNODES x NPROC_PER_NODE: ZeRO/FSDP shard over every rank
     try:
         shape, parameters = shape_and_count(ctx.model_config)
-        est = estimate(shape, parameters, TrainingShape.from_config(config, world))
+        weight_bytes = checkpoint_weight_bytes(ctx.model_config)  # LLaMA-Factory loads the checkpoint's dtype
+        est = estimate(shape, parameters, TrainingShape.from_config(config, world, weight_bytes))
     except UNESTIMABLE:  # a value that is not a number: LLaMA-Factory's parser refuses it, with the key
         return unchanged(config, env)
     smallest = min(ctx.snapshot.devices, key=lambda d: device_budget(d)[0])
@@ -73,8 +82,8 @@ def memory_fit(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) 
             ),
             *starved,
         )
-    batch = largest_fitting_batch(shape, parameters, config, budget, world)
-    current = int(config.get("per_device_train_batch_size", 8))
+    batch = largest_fitting_batch(shape, parameters, config, budget, world, weight_bytes)
+    current = int(config.get("per_device_train_batch_size", lf_default("per_device_train_batch_size")))
     if batch is not None and batch < current:
         fix = f"Set per_device_train_batch_size: {batch} (raise gradient_accumulation_steps to keep the batch)."
     elif truthy(config.get("disable_gradient_checkpointing", False)):

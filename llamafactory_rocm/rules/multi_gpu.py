@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..findings import Finding, Level
-from .base import Context, Step, unchanged
+from .base import Context, Step, env_enabled, unchanged
 from .kernels import version_tuple
 
 
@@ -63,7 +63,7 @@ def multi_gpu_notices(config: Mapping[str, Any], env: Mapping[str, str], ctx: Co
             )
         )
     hip = snap.torch.hip or ""
-    if hip and version_tuple(hip) < (7, 0) and env.get("OPTIM_TORCH", "1") != "0":
+    if hip and version_tuple(hip) < (7, 0) and env_enabled(env, "OPTIM_TORCH", "1"):
         findings.append(
             Finding(
                 code="EXPANDABLE_SEGMENTS_OLD_ROCM",

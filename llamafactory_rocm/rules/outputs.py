@@ -65,10 +65,16 @@ def plot_the_loss(config: Mapping[str, Any], env: Mapping[str, str], ctx: Contex
 def resume_only_from_whole_checkpoints(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     """LLaMA-Factory resumes from the newest checkpoint-* in output_dir; one without weights (a save
     that was interrupted) stops the trainer: "Can't find a valid checkpoint"."""
+    # get_train_args (0.9.5 hparams/parser.py) never resumes rm/ppo with full or freeze tuning
+    # ("can_resume_from_checkpoint = False"); tests/test_rules_target_outputs_multigpu.py pins the line.
+    no_resume_stage = str(config.get("stage", "sft")) in ("rm", "ppo") and str(
+        config.get("finetuning_type", "lora")
+    ) in ("full", "freeze")
     resumes = (
         truthy(config.get("do_train", False))
         and not truthy(config.get("overwrite_output_dir", False))
         and config.get("resume_from_checkpoint") in (None, "")
+        and not no_resume_stage
     )
     if not resumes or ctx.resume_checkpoint is None or ctx.resume_checkpoint[1]:
         return unchanged(config, env)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..findings import Finding, Level
-from .base import Context, Step, truthy, unchanged
+from .base import Context, Step, env_enabled, unchanged
 from .multi_gpu import iommu_pt_missing
 
 # AMD's MI300X settings for multi-GPU training (docs/rocm-facts.md#f10, #w3): name -> value.
@@ -79,11 +79,26 @@ def read_world(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) 
                     f"export {name} as a whole number, e.g. {name}=2.",
                 )
             )
-    if truthy(env.get("USE_RAY", "0")):
+    if env_enabled(env, "USE_RAY"):
         workers = config.get("ray_num_workers", 1)
         count = int(workers) if str(workers).isdigit() else 1
         return World(nodes=1, per_node=max(1, count), source=f"USE_RAY=1, ray_num_workers {count}"), problems
     nodes = _int(env, "NNODES") or 1
+    if not starts_torchrun(env, ctx):
+        asked = [f"{name}={env[name]}" for name in ("NNODES", "NPROC_PER_NODE") if (_int(env, name) or 1) > 1]
+        if asked:
+            problems.append(
+                Finding(
+                    code="WORLD_NOT_LAUNCHED",
+                    level=Level.ERROR,
+                    key="FORCE_TORCHRUN",
+                    message=f"{' '.join(asked)}, but LLaMA-Factory's launcher starts torchrun only with "
+                    f"FORCE_TORCHRUN=1 or more than one GPU visible ({len(ctx.snapshot.devices)} here): each node "
+                    "would train alone, in one process, and none would wait for the others.",
+                    fix="export FORCE_TORCHRUN=1 on every node, beside NNODES, NODE_RANK, MASTER_ADDR and MASTER_PORT.",
+                )
+            )
+        return World(nodes=1, per_node=1, source="one process (torchrun not started)"), problems
     # LLaMA-Factory's launcher: NPROC_PER_NODE, else every visible device (docs/rocm-facts.md#l14).
     per_node = _int(env, "NPROC_PER_NODE") or max(1, len(ctx.snapshot.devices))
     node_rank = _int(env, "NODE_RANK")
@@ -99,6 +114,21 @@ def read_world(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) 
     source = "NNODES x NPROC_PER_NODE" if "NPROC_PER_NODE" in env else "NNODES x the GPUs visible here"
     elastic_low = low if env.get("RDZV_ID") and low is not None and high is not None and low <= high else None
     return World(nodes=nodes, per_node=per_node, source=source, min_nodes=elastic_low), problems
+
+
+def starts_torchrun(env: Mapping[str, str], ctx: Context) -> bool:
+    """Whether ``llamafactory-cli train`` starts torchrun: mirrors 0.9.5 ``launcher.py`` (``if command ==
+    "train" and (is_env_enabled("FORCE_TORCHRUN") or (get_device_count() > 1 and not use_ray() and not
+    use_kt()))``, USE_MCA forcing it), pinned by tests/test_rules_world.py. Ray is read before this."""
+    if env_enabled(env, "FORCE_TORCHRUN") or env_enabled(env, "USE_MCA"):
+        return True
+    devices = len(ctx.snapshot.devices)
+    if ctx.snapshot.source.startswith("planned"):  # one device stands for the target's kind, not its count
+        per_node = _int(env, "NPROC_PER_NODE")  # --gpus-per-node
+        if per_node is None:
+            return not env_enabled(env, "USE_KT")
+        devices = per_node
+    return devices > 1 and not env_enabled(env, "USE_KT")
 
 
 def world_size(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> int:
@@ -276,7 +306,7 @@ def _deepspeed_batch(
 def network(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     """What RCCL needs across nodes on ROCm: the interface, iommu=pt, AMD's MI300X settings."""
     world, problems = read_world(config, env, ctx)
-    if problems or world.size < 2 or not ctx.rocm or truthy(env.get("USE_RAY", "0")):
+    if problems or world.size < 2 or not ctx.rocm or env_enabled(env, "USE_RAY"):
         return unchanged(config, env)
     findings: list[Finding] = []
     # Planning (--gpu, a preset's target): this shell is not a node, so its variables are advice, not a risk.
@@ -342,7 +372,7 @@ def network(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> 
 def ray_visible_devices(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     """USE_RAY on ROCm: LLaMA-Factory's Ray worker reads only the CUDA/Ascend NOSET variables
     (docs/rocm-facts.md#w4); the AMD ones that guides set make every worker of a node take GPU 0."""
-    if not truthy(env.get("USE_RAY", "0")):
+    if not env_enabled(env, "USE_RAY"):
         return unchanged(config, env)
     if ctx.cpu_only:
         return unchanged(config, env, _ray_on_cpu())
