@@ -85,27 +85,32 @@ def test_data_stage_is_what_each_workflow_passes_to_get_dataset():
     assert issubclass(NoWorkflow, UnknownStage)
 
 
-def test_trainer_requirements_are_the_pins_the_trainers_pass_to_require_version():
-    """The oracle is the trainer's own source: each constant its require_version call receives."""
+STAGES = ("sft", "pt", "rm", "dpo", "kto", "ppo")
+
+
+def stage_source(stage: str, name: str) -> str:
+    """The installed LLaMA-Factory's train/<stage>/<name>, as text."""
     with text_only_llamafactory():
         spec = importlib.util.find_spec("llamafactory")
     root = Path(next(iter(spec.submodule_search_locations)))
-    for stage in ("sft", "pt", "rm", "dpo", "kto", "ppo"):
-        source = (root / "train" / stage / "trainer.py").read_text(encoding="utf-8")
+    return (root / "train" / stage / name).read_text(encoding="utf-8")
+
+
+def test_trainer_requirements_are_the_pins_the_trainers_pass_to_require_version():
+    """The oracle is the trainer's own source: each constant its require_version call receives."""
+    for stage in STAGES:
+        source = stage_source(stage, "trainer.py")
         pins = re.findall(r'require_version\(\s*"([^"]+)"', source)
         assert list(trainer_requirements(stage)) == pins
     assert trainer_requirements("foo") == ()
 
 
 def test_the_stages_that_load_a_value_head_are_read_from_their_workflows():
-    with text_only_llamafactory():
-        spec = importlib.util.find_spec("llamafactory")
-    root = Path(next(iter(spec.submodule_search_locations)))
-    for stage in ("sft", "pt", "rm", "dpo", "kto", "ppo"):
-        source = (root / "train" / stage / "workflow.py").read_text(encoding="utf-8")
+    for stage in STAGES:
+        source = stage_source(stage, "workflow.py")
         loads = re.search(r"model = load_model\([^)]*add_valuehead=True", source) is not None
         assert adds_valuehead(stage) is loads, stage
-    assert {s for s in ("sft", "pt", "rm", "dpo", "kto", "ppo") if adds_valuehead(s)} == {"rm", "ppo"}
+    assert {s for s in STAGES if adds_valuehead(s)} == {"rm", "ppo"}
 
 
 def test_an_unknown_stage_and_a_stage_pin_are_refused_as_the_run_refuses(tiny_model, tmp_path, data):
