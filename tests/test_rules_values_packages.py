@@ -1,5 +1,6 @@
 """Values LLaMA-Factory's parser cannot convert, and packages a config's keys need."""
 
+import contextlib
 from dataclasses import replace
 
 import pytest
@@ -182,3 +183,76 @@ def test_bitsandbytes_is_left_to_the_arch_rule_on_rocm():
     cpu = replace(_this_machine("cpu_only"), installed=frozenset())
     (finding,) = packages.require_packages({"quantization_bit": 4}, {}, cpu).findings
     assert finding.key == "quantization_bit" and "bitsandbytes" in finding.message
+
+
+@pytest.mark.parametrize(
+    "method, quantization_config",
+    [("bnb", None), ("bitsandbytes", None), ("hqq", None), ("bnb", {"quant_method": "gptq", "bits": 4})],
+)
+def test_bitsandbytes_is_needed_exactly_when_llamafactorys_quantization_asks_for_it(method, quantization_config):
+    """The oracle is LLaMA-Factory's own configure_quantization, its check_version calls recorded: a PTQ
+    model ignores quantization_bit, and only quantization_method "bnb" loads bitsandbytes."""
+    import types
+
+    from llamafactory_rocm.lf.text_only import text_only_llamafactory
+
+    with text_only_llamafactory():
+        from llamafactory.hparams import ModelArguments
+        from llamafactory.model.model_utils import quantization
+
+    asked: list[str] = []
+    original = quantization.check_version
+    quantization.check_version = lambda requirement, mandatory=False: asked.append(requirement)
+    try:
+        model_args = ModelArguments(model_name_or_path="m", quantization_bit=4, quantization_method=method)
+        with contextlib.suppress(ImportError):  # hqq not installed: its own import check
+            quantization.configure_quantization(
+                types.SimpleNamespace(quantization_config=quantization_config), None, model_args, True, {}
+            )
+    finally:
+        quantization.check_version = original
+    stock = any(requirement.startswith("bitsandbytes") for requirement in asked)
+    config = {"quantization_bit": 4, "quantization_method": method}
+    model_config = {"quantization_config": quantization_config} if quantization_config else {}
+    assert packages.quantizes_with_bitsandbytes(config, model_config) is stock
+    assert any(need.key == "quantization_bit" for need in packages.required_packages(config, model_config)) is stock
+
+
+def test_the_packages_a_config_needs_are_llamafactorys_own_check_version_calls():
+    """The oracle is LLaMA-Factory's _check_extra_dependencies on its real argument dataclasses, its
+    check_version calls recorded: every mandatory call, version floors included; predict's are its own rule's."""
+    from transformers import HfArgumentParser
+
+    from llamafactory_rocm.lf.text_only import text_only_llamafactory
+
+    with text_only_llamafactory():
+        from llamafactory.hparams import parser
+    config = {"use_kt": True, "use_badam": True, "finetuning_type": "full", "mixture_of_depths": "convert"}
+    config["predict_with_generate"] = True
+    model_args, _, training_args, finetuning_args, _ = HfArgumentParser(parser._TRAIN_ARGS).parse_dict(
+        {"model_name_or_path": "m", "output_dir": "o", **config}
+    )
+    asked: list[tuple[str, bool]] = []
+    original = parser.check_version
+    parser.check_version = lambda requirement, mandatory=False: asked.append((requirement, mandatory))
+    try:
+        parser._check_extra_dependencies(model_args, finetuning_args, training_args)
+    finally:
+        parser.check_version = original
+    stock = {requirement for requirement, mandatory in asked if mandatory} - {"jieba", "nltk", "rouge_chinese"}
+    assert {need.requirement for need in packages.required_packages(config)} == stock
+    assert {"badam>=1.2.1", "kt-kernel", "mixture-of-depth>=1.1.6"} <= stock
+
+
+def test_a_package_below_llamafactorys_floor_is_missing_and_planning_names_the_floor():
+    old_badam = replace(
+        _this_machine("cpu_only"),
+        installed=frozenset({"badam"}),
+        snapshot=_this_machine("cpu_only").snapshot.model_copy(update={"packages": {"badam": "1.0.0"}}),
+    )
+    (finding,) = packages.require_packages({"use_badam": True}, {}, old_badam).findings
+    assert (finding.code, finding.key) == ("PACKAGE_MISSING", "use_badam")
+    assert "badam>=1.2.1" in finding.message and "badam 1.0.0 is installed" in finding.message
+    planned = replace(make_ctx("mi300x"), installed=frozenset())
+    found = packages.require_packages({"use_kt": True}, {}, planned).findings
+    assert [(f.code, f.key) for f in found] == [("PACKAGE_REQUIRED", "use_kt")] * 3

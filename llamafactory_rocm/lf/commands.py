@@ -239,6 +239,44 @@ def predict_requirements() -> tuple[str, ...]:
     return tuple(seen)
 
 
+class _ReadRecorder:
+    """One of LLaMA-Factory's argument objects as a config dict gives it: each attribute is the config's value
+    or the field's default, and the last attribute read with a true value is kept (the key a check is for)."""
+
+    def __init__(self, config: Mapping[str, Any], defaults: Mapping[str, Any], reads: list[str]) -> None:
+        self._config, self._defaults, self._reads = config, defaults, reads
+
+    def __getattr__(self, name: str) -> Any:
+        value = self._config[name] if name in self._config else self._defaults.get(name)
+        if value:
+            self._reads.append(name)
+        return value
+
+
+def extra_requirements(config: Mapping[str, Any]) -> tuple[tuple[str, str, bool], ...]:
+    """(key, requirement, mandatory) for each ``check_version`` call LLaMA-Factory's own
+    ``_check_extra_dependencies`` (hparams/parser.py) makes for this config dict: ``("plot_loss",
+    "matplotlib", True)``, ``("use_badam", "badam>=1.2.1", True)``. Its conditions run on the config's values
+    as ``parse_dict`` hands them over (unconverted, defaults filled), and the key is the switch it read last."""
+    from .schema import field_defaults
+
+    parser = _parser_module()
+    reads: list[str] = []
+    view = _ReadRecorder(config, field_defaults(), reads)
+    seen: list[tuple[str, str, bool]] = []
+    original = parser.check_version
+
+    def record(requirement: str, mandatory: bool = False) -> None:
+        seen.append((reads[-1] if reads else "", requirement, mandatory))
+
+    parser.check_version = record
+    try:
+        parser._check_extra_dependencies(view, view, view)
+    finally:
+        parser.check_version = original
+    return tuple(seen)
+
+
 @cache
 def lf_field_default(name: str) -> Any:
     """The default LLaMA-Factory's infer dataclasses give ``name`` (``vllm_max_lora_rank``: 32 in 0.9.5)."""
@@ -255,6 +293,7 @@ __all__ = [
     "backend_requirements",
     "command_keys",
     "command_verdict",
+    "extra_requirements",
     "infer_command",
     "lf_field_default",
     "predict_requirements",

@@ -10,6 +10,7 @@ from packaging.version import InvalidVersion, Version
 
 from ..findings import Finding, Level
 from .base import Context, Step, truthy, unchanged
+from .packages import quantizes_with_bitsandbytes
 
 
 def version(text: str) -> Version:
@@ -156,10 +157,7 @@ def sdpa_kernel_notice(config: Mapping[str, Any], env: Mapping[str, str], ctx: C
 
 def bitsandbytes_for_qlora(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     bits = config.get("quantization_bit")
-    if bits in (None, "", "null") or not ctx.rocm:
-        return unchanged(config, env)
-    method = str(config.get("quantization_method", "bnb")).lower()
-    if method not in {"bnb", "bitsandbytes"}:
+    if not ctx.rocm or not quantizes_with_bitsandbytes(config, ctx.model_config):
         return unchanged(config, env)
     known = "bitsandbytes" in ctx.snapshot.packages  # a planned machine's packages are unknown
     installed = ctx.snapshot.packages.get("bitsandbytes")

@@ -1,48 +1,108 @@
 """Keys that need a package LLaMA-Factory imports only when the run reaches them.
 
-LLaMA-Factory checks some of them in ``get_train_args`` (``check_version(..., mandatory=True)``) and
-others only at model load or at the first step, after minutes of preprocessing. On this machine a
-missing one is an error; when planning for another machine it is a stated requirement.
+Which packages a config needs is LLaMA-Factory's own answer: its ``_check_extra_dependencies``
+(hparams/parser.py) run on the config with its ``check_version`` calls recorded (``lf.commands.
+extra_requirements``), plus bitsandbytes where ``configure_quantization`` loads it. LLaMA-Factory checks
+the first in ``get_train_args`` and the second only at model load, after minutes of preprocessing. On
+this machine a missing one is an error; when planning for another machine (where LLaMA-Factory's own
+check is the target's to answer) it is a stated requirement.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from ..findings import Finding, Level
-from .base import Context, Step, truthy, unchanged
+from packaging.requirements import InvalidRequirement, Requirement
 
-# key -> (distribution, why it is needed, how to install)
-_NEEDS: dict[str, tuple[str, str]] = {
-    "deepspeed": ("deepspeed", "deepspeed: runs DeepSpeed (ROCm: build it against your ROCm torch)"),
-    "plot_loss": ("matplotlib", "plot_loss draws the loss curve with matplotlib"),
-    "use_unsloth": ("unsloth", "use_unsloth loads the model through unsloth"),
-    "enable_liger_kernel": ("liger-kernel", "enable_liger_kernel patches the model with liger-kernel"),
-    "use_galore": ("galore-torch", "use_galore uses the GaLore optimizer"),
-    "use_apollo": ("apollo-torch", "use_apollo uses the APOLLO optimizer"),
-    "use_badam": ("badam", "use_badam uses the BAdam optimizer"),
-    "use_adam_mini": ("adam-mini", "use_adam_mini uses the Adam-mini optimizer"),
-    "use_swanlab": ("swanlab", "use_swanlab logs to SwanLab"),
+from ..findings import Finding, Level
+from .base import Context, Step, unchanged
+
+# What each key does with its package, for the message; the requirement itself is LLaMA-Factory's.
+_WHY: dict[str, str] = {
+    "deepspeed": "deepspeed: runs DeepSpeed (ROCm: build it against your ROCm torch)",
+    "plot_loss": "plot_loss draws the loss curve with matplotlib",
+    "use_unsloth": "use_unsloth loads the model through unsloth",
+    "enable_liger_kernel": "enable_liger_kernel patches the model with liger-kernel",
+    "use_galore": "use_galore uses the GaLore optimizer",
+    "use_apollo": "use_apollo uses the APOLLO optimizer",
+    "use_badam": "use_badam uses the BAdam optimizer",
+    "use_adam_mini": "use_adam_mini uses the Adam-mini optimizer",
+    "use_swanlab": "use_swanlab logs to SwanLab",
+    "use_kt": "use_kt runs the model through KTransformers",
+    "mixture_of_depths": "mixture_of_depths converts or loads a Mixture-of-Depths model",
+    "quantization_bit": "quantization_bit loads the model in 4/8 bit with bitsandbytes (ROCm wheels from 0.49)",
 }
-_BNB = ("bitsandbytes", "quantization_bit loads the model in 4/8 bit with bitsandbytes (ROCm wheels from 0.49)")
+# Said by their own rules, with the versions each needs: rules/serving.py, rules/predict.py.
+_ELSEWHERE = frozenset({"infer_backend", "predict_with_generate"})
+
+
+@dataclass(frozen=True)
+class Need:
+    key: str
+    requirement: str  # as LLaMA-Factory writes it: "badam>=1.2.1"
+    distribution: str
+    why: str
+
+
+def quantizes_with_bitsandbytes(config: Mapping[str, Any], model_config: Mapping[str, Any] | None) -> bool:
+    """Whether LLaMA-Factory quantizes the model on the fly with bitsandbytes. Mirrors 0.9.5
+    ``model/model_utils/quantization.py`` ``configure_quantization`` (pinned by
+    tests/test_rules_values_packages.py): a model whose config.json has a ``quantization_config`` (a
+    PTQ model) ignores ``quantization_bit``; otherwise bitsandbytes runs when ``quantization_method`` is
+    exactly ``QuantizationMethod.BNB`` ("bnb", the field's default)."""
+    if config.get("quantization_bit") in (None, "", "null", False):
+        return False
+    if model_config is not None and model_config.get("quantization_config"):
+        return False
+    return config.get("quantization_method", "bnb") == "bnb"
+
+
+def required_packages(config: Mapping[str, Any], model_config: Mapping[str, Any] | None = None) -> list[Need]:
+    """Every package LLaMA-Factory requires for this config, with the key that asks for it."""
+    from ..lf.commands import extra_requirements
+
+    needs = []
+    for key, requirement, mandatory in extra_requirements(config):
+        if not mandatory or key in _ELSEWHERE:
+            continue
+        try:
+            name = Requirement(requirement).name
+        except InvalidRequirement:
+            name = requirement
+        needs.append(Need(key, requirement, name, _WHY.get(key, f"{key} needs {requirement}")))
+    if quantizes_with_bitsandbytes(config, model_config):
+        needs.append(Need("quantization_bit", "bitsandbytes", "bitsandbytes", _WHY["quantization_bit"]))
+    return needs
 
 
 def _normalise(name: str) -> str:
     return name.lower().replace("_", "-")
 
 
-def required_packages(config: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
-    """key -> (distribution, why) for every package the config's keys need."""
-    # deepspeed holds a path (or a dict); the others are switches
-    needed = {
-        key: need
-        for key, need in _NEEDS.items()
-        if (config.get(key) not in (None, "", False) if key == "deepspeed" else truthy(config.get(key, False)))
-    }
-    if config.get("quantization_bit") not in (None, "", False) and config.get("quantization_method", "bnb") == "bnb":
-        needed["quantization_bit"] = _BNB
-    return needed
+def missing_packages(
+    config: Mapping[str, Any],
+    installed: frozenset[str],
+    versions: Mapping[str, str | None] | None = None,
+    model_config: Mapping[str, Any] | None = None,
+) -> list[Need]:
+    """The needs not met here: the distribution absent, or (its version known) outside the requirement."""
+    versions = {_normalise(k): v for k, v in (versions or {}).items()}
+    missing = []
+    for need in required_packages(config, model_config):
+        name = _normalise(need.distribution)
+        if name not in installed:
+            missing.append(need)
+            continue
+        have = versions.get(name)
+        try:
+            specifier = Requirement(need.requirement).specifier
+        except InvalidRequirement:
+            continue
+        if have and specifier and not specifier.contains(have, prereleases=True):
+            missing.append(need)
+    return missing
 
 
 def _checked_elsewhere(key: str, ctx: Context) -> bool:
@@ -50,25 +110,25 @@ def _checked_elsewhere(key: str, ctx: Context) -> bool:
     return key == "quantization_bit" and ctx.rocm
 
 
-def missing_packages(config: Mapping[str, Any], installed: frozenset[str]) -> dict[str, tuple[str, str]]:
-    return {k: v for k, v in required_packages(config).items() if _normalise(v[0]) not in installed}
-
-
 def require_packages(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     if ctx.installed is None:
         return unchanged(config, env)
+    versions = ctx.snapshot.packages
     findings = []
-    for key, (dist, why) in missing_packages(config, ctx.installed).items():
-        if _checked_elsewhere(key, ctx):
+    for need in missing_packages(config, ctx.installed, versions, ctx.model_config):
+        if _checked_elsewhere(need.key, ctx):
             continue
+        have = versions.get(need.distribution) if _normalise(need.distribution) in ctx.installed else None
+        here = f"{need.distribution} {have} is installed" if have else f"{need.distribution} is not installed"
+        wanted = need.requirement if need.requirement != need.distribution else need.distribution
         if ctx.planned:
             findings.append(
                 Finding(
                     code="PACKAGE_REQUIRED",
                     level=Level.INFO,
-                    key=key,
-                    message=f"{why}; it is not installed here, so install it on the target machine.",
-                    fix=f"On the target: pip install {dist} (the build for its torch).",
+                    key=need.key,
+                    message=f"{need.why} ({wanted}); {here} here, so install it on the target machine.",
+                    fix=f'On the target: pip install "{wanted}" (the build for its torch).',
                 )
             )
         else:
@@ -76,9 +136,9 @@ def require_packages(config: Mapping[str, Any], env: Mapping[str, str], ctx: Con
                 Finding(
                     code="PACKAGE_MISSING",
                     level=Level.ERROR,
-                    key=key,
-                    message=f"{why}, but {dist} is not installed.",
-                    fix=f"pip install {dist} (the build for this torch), or remove {key}.",
+                    key=need.key,
+                    message=f"{need.why} ({wanted}), but {here}.",
+                    fix=f'pip install "{wanted}" (the build for this torch), or remove {need.key}.',
                 )
             )
     return unchanged(config, env, *findings)
