@@ -152,3 +152,13 @@ def test_a_training_run_gets_the_loss_plot_unless_the_config_says():
         assert outputs.plot_the_loss(config, {}, ctx).findings == []
     without = _with(ctx, installed=frozenset())
     assert outputs.plot_the_loss({"do_train": True}, {}, without).findings == []
+
+
+def test_the_default_output_dir_is_transformers_own():
+    """transformers gives a run without output_dir this folder (TrainingArguments.__post_init__)."""
+    from transformers import TrainingArguments
+
+    from llamafactory_rocm.lf.schema import DEFAULT_OUTPUT_DIR, output_dir_of
+
+    assert TrainingArguments().output_dir == DEFAULT_OUTPUT_DIR == output_dir_of({})
+    assert output_dir_of({"output_dir": "saves/x"}) == "saves/x"

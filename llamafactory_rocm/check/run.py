@@ -24,7 +24,7 @@ from typing import Any
 
 from ..findings import Finding, Level, has_errors
 from ..lf.commands import COMMANDS, command_keys, command_verdict
-from ..lf.schema import load_schema
+from ..lf.schema import load_schema, output_dir_of
 from ..lf.verdict import DeviceAnswers
 from ..machine.catalogue import load_catalogue
 from ..machine.probe import installed_distributions
@@ -212,7 +212,7 @@ def run_check(request: CheckRequest) -> Report:
     if target is not None and not snapshot.devices and not snapshot.kfd_targets and request.plan:
         snapshot = planned_snapshot(target, env, catalogue)
     schema = load_schema()
-    output_dir = str(config.get("output_dir", "trainer_output"))
+    output_dir = output_dir_of(config)
     view = snapshot.training_view()  # an iGPU beside a discrete card is set aside (rules/visibility.py)
     ctx = Context(
         snapshot=view,

@@ -101,6 +101,17 @@ class Schema:
         return _parse_given(self.parser, list(argv))
 
 
+# transformers' TrainingArguments.__post_init__ (training_args.py): `if self.output_dir is None:
+# self.output_dir = "trainer_output"`; tests/test_rules_target_outputs_multigpu.py pins it.
+DEFAULT_OUTPUT_DIR = "trainer_output"
+
+
+def output_dir_of(config: Mapping[str, Any]) -> str:
+    """The folder a run writes to: the config's output_dir, or the one transformers gives it."""
+    value = config.get("output_dir")
+    return DEFAULT_OUTPUT_DIR if value is None else str(value)
+
+
 _UNCHANGED = object()
 
 

@@ -6,13 +6,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..findings import Finding, Level
+from ..lf.schema import output_dir_of
 from .base import Context, Step, truthy, unchanged
 
 
 def protect_existing_checkpoints(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     if not ctx.existing_outputs:
         return unchanged(config, env)
-    where = config.get("output_dir", "trainer_output")
+    where = output_dir_of(config)
     shown = ", ".join(ctx.existing_outputs[:3]) + (" ..." if len(ctx.existing_outputs) > 3 else "")
     findings = []
     if truthy(config.get("overwrite_output_dir", False)):
@@ -79,7 +80,7 @@ def resume_only_from_whole_checkpoints(config: Mapping[str, Any], env: Mapping[s
     if not resumes or ctx.resume_checkpoint is None or ctx.resume_checkpoint[1]:
         return unchanged(config, env)
     name = ctx.resume_checkpoint[0]
-    where = config.get("output_dir", "trainer_output")
+    where = output_dir_of(config)
     return unchanged(
         config,
         env,

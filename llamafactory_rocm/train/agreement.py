@@ -33,6 +33,7 @@ from transformers import TrainerCallback
 
 from ..errors import EXIT_NODES_DISAGREE
 from ..findings import ACCEPT_ENV, parse_accept
+from ..lf.schema import output_dir_of
 from ..machine.snapshot import Snapshot
 
 CODE = "NODES_DISAGREE"
@@ -201,7 +202,7 @@ class NodeAgreement(TrainerCallback):
         seam = os.environ.get(SNAPSHOT_ENV)
         self.snapshot = Snapshot.load(seam) if seam else snapshot
         self.facts = node_facts(config, self.snapshot)
-        self.output_dir = Path(str(config.get("output_dir", "trainer_output")))
+        self.output_dir = Path(output_dir_of(config))
         self.record = record
         self.node_record = node_record
         self.checked = False

@@ -31,6 +31,7 @@ from typing import Any
 
 from ..console import say
 from ..errors import EXIT_FINDINGS, EXIT_INTERNAL, EXIT_USAGE, UsageError
+from ..lf.schema import output_dir_of
 
 CHECKED_ENV = "LLAMAFACTORY_ROCM_CHECKED"
 # The LLaMA-Factory releases the test-suite runs against (README, "Tested range").
@@ -158,7 +159,7 @@ def write_record(report: Any, node: int | None = None) -> Path | None:
     """The launch record; one that cannot be written is a warning (the resolved config trains regardless)."""
     from ..check.record import write_launch_files
 
-    output_dir = Path(str(report.config.get("output_dir", "trainer_output")))
+    output_dir = Path(output_dir_of(report.config))
     try:
         _, record = write_launch_files(report, output_dir, report.origin, node=node)
     except OSError as exc:

@@ -20,6 +20,7 @@ from ..check.render import report_text
 from ..check.request import from_launch_args
 from ..check.run import Report, run_check
 from ..errors import EXIT_DIVERGED, EXIT_FINDINGS, EXIT_INTERNAL, EXIT_NODES_DISAGREE, EXIT_OK, EXIT_USAGE
+from ..lf.schema import output_dir_of
 from ..lf.text_only import text_only_llamafactory
 from .hook import CHECKED_ENV, EXIT_DIR_ENV, checked_token
 
@@ -79,7 +80,7 @@ def train(
     print(report_text(report), flush=True)
     if not report.ok:
         return EXIT_FINDINGS
-    output_dir = Path(str(report.config.get("output_dir", "trainer_output")))
+    output_dir = Path(output_dir_of(report.config))
     try:
         resolved, record = write_launch_files(report, output_dir, report.origin)
         print(f"\nlaunch record: {record}\nresolved config: {resolved}\n", flush=True)
