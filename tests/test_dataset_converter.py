@@ -201,6 +201,24 @@ def test_findings_switch_to_the_bundled_folder_and_flag_unknown_names(tmp_path):
     assert findings[0].code == "DATASET_UNKNOWN" and "amd_finetune_qa" in findings[0].message
 
 
+def test_dataset_names_are_split_as_llamafactory_splits_them(tmp_path):
+    """A trailing comma asks for a dataset called "": the oracle is LLaMA-Factory's own DataArguments and
+    get_dataset_list, which stops with "Undefined dataset  in dataset_info.json"."""
+    from llamafactory_rocm.lf.text_only import text_only_llamafactory
+
+    write(tmp_path / "data", "d", [ok_alpaca(i) for i in range(4)], {})
+    with text_only_llamafactory():
+        from llamafactory.data.parser import get_dataset_list
+        from llamafactory.hparams import DataArguments
+    names = DataArguments(dataset="d,").dataset
+    with pytest.raises(ValueError, match="Undefined dataset"):
+        get_dataset_list(names, str(tmp_path / "data"))
+    _, findings = config_dataset_findings({"dataset": "d,", "dataset_dir": "data"}, tmp_path, read_rows=True)
+    assert [f.code for f in findings] == ["DATASET_UNKNOWN"] and "Undefined dataset" in findings[0].message
+    _, findings = config_dataset_findings({"dataset": "d , d", "dataset_dir": "data"}, tmp_path, read_rows=True)
+    assert findings == []
+
+
 def test_findings_warn_for_dropped_rows_and_refuse_nothing_left(tmp_path):
     rows = [ok_alpaca(i) for i in range(10)] + [{"instruction": "q", "input": "", "output": None}]
     write(tmp_path / "data", "d", rows, {})

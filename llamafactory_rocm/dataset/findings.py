@@ -9,6 +9,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..findings import Finding, Level
+from ..memory import lf_default
 from ..resources import datasets_dir
 from .entry import closest
 from .info import INFO_FILE, load_dataset_info
@@ -25,7 +26,7 @@ def config_dataset_findings(
     names = list(dict.fromkeys(dataset_names(config.get("dataset")) + dataset_names(config.get("eval_dataset"))))
     if not names:
         return config, []
-    raw_dir = str(config.get("dataset_dir") or "data")
+    raw_dir = str(config.get("dataset_dir") or lf_default("dataset_dir"))
     if raw_dir == "ONLINE" or raw_dir.startswith("REMOTE:"):
         return config, [
             _info_finding("DATASET_ONLINE", f"dataset_dir is {raw_dir}: {', '.join(names)} load from the hub")
@@ -64,10 +65,19 @@ def config_dataset_findings(
 
 
 def dataset_names(value: Any) -> list[str]:
+    """The names as LLaMA-Factory's ``DataArguments.__post_init__`` splits them (its ``split_arg``: a string
+    split at commas and stripped, an empty name kept, so ``dataset: a,`` asks for a dataset called "")."""
     if value is None:
         return []
-    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
-    return [str(item).strip() for item in items if str(item).strip()]
+    try:
+        from ..lf.text_only import text_only_llamafactory
+
+        with text_only_llamafactory():
+            from llamafactory.hparams import DataArguments
+        split = DataArguments(dataset=value).dataset
+    except ImportError:  # LLaMA-Factory not importable: the same split
+        split = [item.strip() for item in value.split(",")] if isinstance(value, str) else value
+    return [str(item) for item in split]
 
 
 def _workers(value: Any) -> int | None:
