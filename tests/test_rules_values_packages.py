@@ -256,3 +256,21 @@ def test_a_package_below_llamafactorys_floor_is_missing_and_planning_names_the_f
     planned = replace(make_ctx("mi300x"), installed=frozenset())
     found = packages.require_packages({"use_kt": True}, {}, planned).findings
     assert [(f.code, f.key) for f in found] == [("PACKAGE_REQUIRED", "use_kt")] * 3
+
+
+def test_rules_read_absent_keys_as_llamafactorys_field_defaults():
+    """lf_value: the config's value, else the default of LLaMA-Factory's own dataclass field (an enum's
+    value), so a rule never carries its own copy of a default."""
+    import dataclasses
+
+    from llamafactory_rocm.lf.text_only import text_only_llamafactory
+    from llamafactory_rocm.rules.base import lf_value
+
+    with text_only_llamafactory():
+        from llamafactory.hparams.parser import _TRAIN_ARGS
+    fields = {f.name: f for cls in _TRAIN_ARGS for f in dataclasses.fields(cls)}
+    for key in ("flash_attn", "infer_backend", "export_device", "quantization_method", "ray_num_workers"):
+        default = fields[key].default
+        assert lf_value({}, key, object()) == getattr(default, "value", default)
+        assert lf_value({key: "given"}, key, None) == "given"
+    assert lf_value({}, "not_a_key", "fallback") == "fallback"

@@ -38,7 +38,7 @@ from . import (
     world,
 )
 from . import export as export_rules
-from .base import Config, Context, Env, Rule, Step, Target, unchanged
+from .base import Config, Context, Env, Rule, Step, Target, lf_value, unchanged
 
 RULES: tuple[Rule, ...] = (
     blog_keys.rewrite_compute_dtype,
@@ -96,7 +96,7 @@ def _on_export_device(rule: Rule) -> Rule:
 
     @functools.wraps(rule)
     def gated(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
-        if str(config.get("export_device", "cpu")).strip().lower() != "auto":
+        if str(lf_value(config, "export_device", "cpu")).strip().lower() != "auto":
             return unchanged(config, env)
         return rule(config, env, ctx)
 

@@ -98,3 +98,17 @@ def env_enabled(env: Mapping[str, str], name: str, default: str = "0") -> bool:
     "1", any case), on the mapping the rules see rather than this process's environment.
     tests/test_rules_world.py pins it to the function."""
     return env.get(name, default).lower() in ("true", "y", "1")
+
+
+def lf_value(config: Mapping[str, Any], key: str, fallback: Any) -> Any:
+    """The config's value for ``key``, else the default LLaMA-Factory's argument dataclasses give it (an
+    enum's value: ``flash_attn`` "auto"). ``fallback`` serves only where LLaMA-Factory cannot be imported."""
+    if key in config:
+        return config[key]
+    try:
+        from ..lf.schema import field_defaults
+
+        value = field_defaults()[key]
+    except (ImportError, KeyError):
+        return fallback
+    return getattr(value, "value", value)

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..findings import Finding, Level
-from .base import Context, Step, truthy, unchanged
+from .base import Context, Step, lf_value, truthy, unchanged
 from .kernels import version_tuple
 from .world import deepspeed_json
 
@@ -20,7 +20,7 @@ NO_CACHING = "PYTORCH_NO_HIP_MEMORY_CACHING"
 
 def _adapter_training(config: Mapping[str, Any]) -> bool:
     """LoRA/QLoRA (LLaMA-Factory's default finetuning_type is lora): where the faults were reported."""
-    return str(config.get("finetuning_type", "lora")).lower() in {"lora", "oft"}
+    return str(lf_value(config, "finetuning_type", "lora")).lower() in {"lora", "oft"}
 
 
 def page_fault_workaround(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:

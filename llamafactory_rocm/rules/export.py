@@ -11,7 +11,7 @@ from typing import Any
 
 from ..findings import Finding, Level
 from ..memory import GIB, UNESTIMABLE, checkpoint_weight_bytes, model_config_for, shape_and_count
-from .base import Context, Rule, Step, unchanged
+from .base import Context, Rule, Step, lf_value, unchanged
 from .memory_fit import BUDGET
 
 # Bytes per parameter of an explicit infer_dtype. export_model (llamafactory/train/tuner.py) loads the model
@@ -83,13 +83,13 @@ def export_memory(config: Mapping[str, Any], env: Mapping[str, str], ctx: Contex
     (llamafactory/hparams/parser.py), and the patcher adds ``offload_folder`` for "auto": what does not
     fit in GPU memory is spread over CPU memory and disk by accelerate (docs/after-training.md#t2).
     """
-    if not _is_export(config) or str(config.get("export_device", "cpu")).lower() != "auto":
+    if not _is_export(config) or str(lf_value(config, "export_device", "cpu")).lower() != "auto":
         return unchanged(config, env)
     devices = ctx.snapshot.devices
     model_cfg = _model_config(config, ctx)
     if not devices or model_cfg is None:
         return unchanged(config, env)
-    dtype = str(config.get("infer_dtype", "auto")).lower()
+    dtype = str(lf_value(config, "infer_dtype", "auto")).lower()
     per_param = _DTYPE_BYTES.get(dtype)
     if per_param is None:  # a value LLaMA-Factory's parser refuses by itself (infer_dtype choices)
         return unchanged(config, env)

@@ -9,7 +9,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from ..findings import Finding, Level
-from .base import Context, Step, truthy, unchanged
+from .base import Context, Step, lf_value, truthy, unchanged
 from .packages import quantizes_with_bitsandbytes
 
 
@@ -123,7 +123,7 @@ def flash_attn_where_supported(config: Mapping[str, Any], env: Mapping[str, str]
 
 def sdpa_kernel_notice(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     """SDPA on ROCm uses AOTriton kernels only on some archs; elsewhere it falls back to math."""
-    if not ctx.rocm or str(config.get("flash_attn", "auto")).lower() in {"disabled", "fa2", "fa3"}:
+    if not ctx.rocm or str(lf_value(config, "flash_attn", "auto")).lower() in {"disabled", "fa2", "fa3"}:
         return unchanged(config, env)
     findings = []
     for arch, info in ctx.arch_infos():

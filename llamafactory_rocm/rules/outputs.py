@@ -7,7 +7,7 @@ from typing import Any
 
 from ..findings import Finding, Level
 from ..lf.schema import output_dir_of
-from .base import Context, Step, truthy, unchanged
+from .base import Context, Step, lf_value, truthy, unchanged
 
 
 def protect_existing_checkpoints(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
@@ -68,8 +68,8 @@ def resume_only_from_whole_checkpoints(config: Mapping[str, Any], env: Mapping[s
     that was interrupted) stops the trainer: "Can't find a valid checkpoint"."""
     # get_train_args (0.9.5 hparams/parser.py) never resumes rm/ppo with full or freeze tuning
     # ("can_resume_from_checkpoint = False"); tests/test_rules_target_outputs_multigpu.py pins the line.
-    no_resume_stage = str(config.get("stage", "sft")) in ("rm", "ppo") and str(
-        config.get("finetuning_type", "lora")
+    no_resume_stage = str(lf_value(config, "stage", "sft")) in ("rm", "ppo") and str(
+        lf_value(config, "finetuning_type", "lora")
     ) in ("full", "freeze")
     resumes = (
         truthy(config.get("do_train", False))

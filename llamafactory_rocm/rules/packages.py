@@ -17,7 +17,7 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 
 from ..findings import Finding, Level
-from .base import Context, Step, unchanged
+from .base import Context, Step, lf_value, unchanged
 
 # What each key does with its package, for the message; the requirement itself is LLaMA-Factory's.
 _WHY: dict[str, str] = {
@@ -56,7 +56,7 @@ def quantizes_with_bitsandbytes(config: Mapping[str, Any], model_config: Mapping
         return False
     if model_config is not None and model_config.get("quantization_config"):
         return False
-    return config.get("quantization_method", "bnb") == "bnb"
+    return lf_value(config, "quantization_method", "bnb") == "bnb"
 
 
 def required_packages(config: Mapping[str, Any], model_config: Mapping[str, Any] | None = None) -> list[Need]:

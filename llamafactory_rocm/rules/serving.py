@@ -15,7 +15,7 @@ from typing import Any
 
 from ..findings import Finding, Level
 from .adapter import adapter_paths, read_adapter_config
-from .base import Context, Rule, Step, unchanged
+from .base import Context, Rule, Step, lf_value, unchanged
 
 # vLLM's ROCm requirements list these GPUs (vllm docs/getting_started/installation/gpu.rocm.inc.md):
 # MI200s gfx90a, MI300 gfx942, MI350 gfx950, RX 7900 gfx1100/1101, RX 9000 gfx1200/1201, Ryzen AI
@@ -30,7 +30,7 @@ VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
 
 
 def _backend(config: Mapping[str, Any]) -> str:
-    return str(config.get("infer_backend", "huggingface")).strip().lower()
+    return str(lf_value(config, "infer_backend", "huggingface")).strip().lower()
 
 
 def _on_amd(ctx: Context) -> bool:
@@ -236,7 +236,7 @@ def vllm_lora_rank(config: Mapping[str, Any], env: Mapping[str, str], ctx: Conte
 
 def infer_bf16_emulated(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     """``infer_dtype: bfloat16`` where the card has no bf16 matrix units: every matmul is emulated."""
-    if str(config.get("infer_dtype", "auto")).lower() != "bfloat16" or not ctx.rocm:
+    if str(lf_value(config, "infer_dtype", "auto")).lower() != "bfloat16" or not ctx.rocm:
         return unchanged(config, env)
     slow = [arch for arch, info in ctx.arch_infos() if info is not None and not info.bf16_matrix]
     if not slow:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..findings import Finding, Level
-from .base import Context, Step, env_enabled, unchanged
+from .base import Context, Step, env_enabled, lf_value, unchanged
 from .multi_gpu import iommu_pt_missing
 
 # AMD's MI300X settings for multi-GPU training (docs/rocm-facts.md#f10, #w3): name -> value.
@@ -80,7 +80,7 @@ def read_world(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) 
                 )
             )
     if env_enabled(env, "USE_RAY"):
-        workers = config.get("ray_num_workers", 1)
+        workers = lf_value(config, "ray_num_workers", 1)
         count = int(workers) if str(workers).isdigit() else 1
         return World(nodes=1, per_node=max(1, count), source=f"USE_RAY=1, ray_num_workers {count}"), problems
     nodes = _int(env, "NNODES") or 1
@@ -137,7 +137,8 @@ def world_size(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) 
 
 
 def _number(config: Mapping[str, Any], key: str, default: int) -> int | None:
-    value = config.get(key, default)
+    """The config's whole number for ``key``, LLaMA-Factory's default when absent (``default`` without it)."""
+    value = lf_value(config, key, default)
     try:
         return int(value)
     except (TypeError, ValueError, OverflowError):  # "abc", inf: LLaMA-Factory's parser names it (VALUE_INVALID)

@@ -196,7 +196,8 @@ def wrap_export_model(original: Callable[..., Any]) -> Callable[..., Any]:
 def engine_line(chat_model: Any, command: str, config: dict[str, Any]) -> str:
     """The engine LLaMA-Factory built and where its model sits."""
     engine = getattr(chat_model, "engine", None)
-    backend = str(config.get("infer_backend", "huggingface"))
+    name = getattr(engine, "name", None)  # each engine's own EngineName (chat/hf_engine.py: self.name)
+    backend = str(getattr(name, "value", name) or config.get("infer_backend", "huggingface"))
     model = getattr(engine, "model", None)
     device = getattr(model, "device", None)
     dtype = getattr(model, "dtype", None)
