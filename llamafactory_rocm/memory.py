@@ -17,6 +17,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from .lf.schema import field_default
+
 GIB = 2**30
 LINEAR_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 # bf16 activation bytes kept per token per layer when a layer's forward is (re)computed, as
@@ -131,13 +133,6 @@ def model_config_for(name_or_path: str, cache_dir: str | None = None) -> dict[st
 UNESTIMABLE = (ValueError, TypeError, KeyError, OverflowError, ZeroDivisionError)
 
 
-def lf_default(key: str) -> Any:
-    """The default LLaMA-Factory gives ``key`` (its and transformers' argument dataclass fields)."""
-    from .lf.schema import field_defaults
-
-    return field_defaults()[key]
-
-
 # LLaMA-Factory loads the base model with ``init_kwargs["torch_dtype"] = "auto"`` (0.9.5
 # ``model/loader.py`` ``load_model``), so the weights stay in the checkpoint's own dtype (config.json's
 # ``torch_dtype``, ``dtype`` in transformers 5) whatever bf16/fp16 say: those set the compute dtype, and only
@@ -177,7 +172,7 @@ class TrainingShape:
         """``weight_bytes``: the checkpoint's, ``checkpoint_weight_bytes(model config)``."""
 
         def get(key: str) -> Any:
-            return config[key] if key in config else lf_default(key)
+            return config[key] if key in config else field_default(key)
 
         targets = str(get("lora_target"))
         names = LINEAR_NAMES if targets == "all" else tuple(t.strip() for t in targets.split(",") if t.strip())
@@ -301,7 +296,7 @@ def largest_fitting_batch(
     weight_bytes: int = 2,
 ) -> int | None:
     """The largest per_device_train_batch_size whose estimate fits ``budget_gib`` (None if even 1 does not)."""
-    start = int(config.get("per_device_train_batch_size", lf_default("per_device_train_batch_size")))
+    start = int(config.get("per_device_train_batch_size", field_default("per_device_train_batch_size")))
     for batch in range(start, 0, -1):
         train = TrainingShape.from_config({**config, "per_device_train_batch_size": batch}, world_size, weight_bytes)
         if estimate(shape, parameters, train).total_gib <= budget_gib:

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..findings import Finding, Level
-from ..memory import lf_default
+from ..lf.schema import field_default
 from ..resources import datasets_dir
 from .entry import closest
 from .info import INFO_FILE, load_dataset_info
@@ -26,7 +26,7 @@ def config_dataset_findings(
     names = list(dict.fromkeys(dataset_names(config.get("dataset")) + dataset_names(config.get("eval_dataset"))))
     if not names:
         return config, []
-    raw_dir = str(config.get("dataset_dir") or lf_default("dataset_dir"))
+    raw_dir = str(config.get("dataset_dir") or field_default("dataset_dir"))
     if raw_dir == "ONLINE" or raw_dir.startswith("REMOTE:"):
         return config, [
             _info_finding("DATASET_ONLINE", f"dataset_dir is {raw_dir}: {', '.join(names)} load from the hub")

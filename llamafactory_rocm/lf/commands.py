@@ -185,58 +185,20 @@ def command_verdict(config: Mapping[str, Any], command: str, answers: DeviceAnsw
 
 @cache
 def backend_requirements(backend: str) -> tuple[tuple[str, bool], ...]:
-    """(requirement, mandatory) that LLaMA-Factory checks for ``infer_backend: <backend>``.
-
-    Read by running its ``_check_extra_dependencies`` with that backend and recording the
-    ``check_version`` calls, so a release that changes the range (0.9.5: ``vllm>=0.4.3,<=0.11.0``) changes
-    the answer.
-    """
-    parser = _parser_module()
-    from llamafactory.hparams import FinetuningArguments, ModelArguments
-
-    seen: list[tuple[str, bool]] = []
-    original = parser.check_version
-
-    def record(requirement: str, mandatory: bool = False) -> None:
-        seen.append((requirement, mandatory))
-
-    parser.check_version = record
-    try:
-        parser._check_extra_dependencies(
-            ModelArguments(model_name_or_path="model", infer_backend=backend), FinetuningArguments()
-        )
-    finally:
-        parser.check_version = original
-    return tuple(seen)
+    """(requirement, mandatory) that LLaMA-Factory checks for ``infer_backend: <backend>``
+    (``extra_requirements``), so a release that changes the range (0.9.5: ``vllm>=0.4.3,<=0.11.0``) changes
+    the answer."""
+    found = extra_requirements({"infer_backend": backend})
+    return tuple((requirement, mandatory) for key, requirement, mandatory in found if key == "infer_backend")
 
 
 @lru_cache(maxsize=1)
 def predict_requirements() -> tuple[str, ...]:
-    """The packages LLaMA-Factory requires for ``predict_with_generate`` (0.9.5: jieba, nltk, rouge_chinese).
-
-    Read by running its ``_check_extra_dependencies`` with ``predict_with_generate`` set and recording the
-    mandatory ``check_version`` calls (llamafactory/hparams/parser.py; the metrics that use them are in
-    llamafactory/train/sft/metric.py).
-    """
-    import types
-
-    parser = _parser_module()
-    from llamafactory.hparams import FinetuningArguments, ModelArguments
-
-    seen: list[str] = []
-    original = parser.check_version
-
-    def record(requirement: str, mandatory: bool = False) -> None:
-        if mandatory:
-            seen.append(requirement)
-
-    training = types.SimpleNamespace(deepspeed=None, predict_with_generate=True)
-    parser.check_version = record
-    try:
-        parser._check_extra_dependencies(ModelArguments(model_name_or_path="model"), FinetuningArguments(), training)
-    finally:
-        parser.check_version = original
-    return tuple(seen)
+    """The packages LLaMA-Factory requires for ``predict_with_generate`` (0.9.5: jieba, nltk, rouge_chinese):
+    its mandatory ``check_version`` calls for that key (``extra_requirements``; the metrics that use them are
+    in llamafactory/train/sft/metric.py)."""
+    found = extra_requirements({"predict_with_generate": True})
+    return tuple(requirement for key, requirement, mandatory in found if mandatory and key == "predict_with_generate")
 
 
 class _ReadRecorder:

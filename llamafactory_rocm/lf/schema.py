@@ -343,6 +343,12 @@ def field_defaults() -> dict[str, Any]:
     return defaults
 
 
+def field_default(key: str) -> Any:
+    """The default LLaMA-Factory gives ``key`` (``field_defaults``), an enum's value (``flash_attn``: "auto")."""
+    value = field_defaults()[key]
+    return getattr(value, "value", value)
+
+
 def train_keys() -> frozenset[str]:
     """The keys of the installed LLaMA-Factory's parser, or the shipped list without it."""
     return load_schema().keys

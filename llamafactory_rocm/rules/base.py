@@ -106,9 +106,8 @@ def lf_value(config: Mapping[str, Any], key: str, fallback: Any) -> Any:
     if key in config:
         return config[key]
     try:
-        from ..lf.schema import field_defaults
+        from ..lf.schema import field_default
 
-        value = field_defaults()[key]
+        return field_default(key)
     except (ImportError, KeyError):
         return fallback
-    return getattr(value, "value", value)

@@ -18,10 +18,9 @@ from ..memory import (
     checkpoint_weight_bytes,
     estimate,
     largest_fitting_batch,
-    lf_default,
     shape_and_count,
 )
-from .base import Context, Step, truthy, unchanged
+from .base import Context, Step, lf_value, truthy, unchanged
 from .world import world_size
 
 BUDGET = 0.9
@@ -83,7 +82,7 @@ def memory_fit(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) 
             *starved,
         )
     batch = largest_fitting_batch(shape, parameters, config, budget, world, weight_bytes)
-    current = int(config.get("per_device_train_batch_size", lf_default("per_device_train_batch_size")))
+    current = int(lf_value(config, "per_device_train_batch_size", 8))
     if batch is not None and batch < current:
         fix = f"Set per_device_train_batch_size: {batch} (raise gradient_accumulation_steps to keep the batch)."
     elif truthy(config.get("disable_gradient_checkpointing", False)):

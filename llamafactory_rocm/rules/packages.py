@@ -86,14 +86,15 @@ def missing_packages(
     installed: frozenset[str],
     versions: Mapping[str, str | None] | None = None,
     model_config: Mapping[str, Any] | None = None,
-) -> list[Need]:
-    """The needs not met here: the distribution absent, or (its version known) outside the requirement."""
+) -> list[tuple[Need, str | None]]:
+    """The needs not met here, each with the version installed (None: absent, or its version not read):
+    the distribution absent, or (its version known) outside the requirement."""
     versions = {_normalise(k): v for k, v in (versions or {}).items()}
-    missing = []
+    missing: list[tuple[Need, str | None]] = []
     for need in required_packages(config, model_config):
         name = _normalise(need.distribution)
         if name not in installed:
-            missing.append(need)
+            missing.append((need, None))
             continue
         have = versions.get(name)
         try:
@@ -101,7 +102,7 @@ def missing_packages(
         except InvalidRequirement:
             continue
         if have and specifier and not specifier.contains(have, prereleases=True):
-            missing.append(need)
+            missing.append((need, have))
     return missing
 
 
@@ -113,14 +114,12 @@ def _checked_elsewhere(key: str, ctx: Context) -> bool:
 def require_packages(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     if ctx.installed is None:
         return unchanged(config, env)
-    versions = ctx.snapshot.packages
     findings = []
-    for need in missing_packages(config, ctx.installed, versions, ctx.model_config):
+    for need, have in missing_packages(config, ctx.installed, ctx.snapshot.packages, ctx.model_config):
         if _checked_elsewhere(need.key, ctx):
             continue
-        have = versions.get(need.distribution) if _normalise(need.distribution) in ctx.installed else None
         here = f"{need.distribution} {have} is installed" if have else f"{need.distribution} is not installed"
-        wanted = need.requirement if need.requirement != need.distribution else need.distribution
+        wanted = need.requirement
         if ctx.planned:
             findings.append(
                 Finding(
