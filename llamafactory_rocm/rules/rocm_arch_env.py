@@ -1,14 +1,14 @@
 """PYTORCH_ROCM_ARCH must list valid targets and cover every visible GPU.
 
 It is read when extensions are JIT-built (DeepSpeed FusedAdam/CPUAdam, custom kernels) by
-``torch.utils.cpp_extension._get_rocm_arch_flags``. Unset, extensions build for every arch torch
-knows (slow, and fails when hipcc lacks one); wrong, they fail at run time with
-``HIP error: invalid device function`` (docs/rocm-facts.md#p1; F3).
+``torch.utils.cpp_extension._get_rocm_arch_flags``, and split as that function splits it
+(``torch_rocm_archs``). Unset (or empty), torch 2.13 builds for the archs of the visible GPUs;
+older torch builds for every arch it was built for (docs/rocm-facts.md#p1). Wrong, the extensions
+fail at run time with ``HIP error: invalid device function`` (F3).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +19,9 @@ from .base import Context, Step, unchanged
 from .kernels import version_tuple
 
 VAR = "PYTORCH_ROCM_ARCH"
+# The first torch release whose _get_rocm_arch_flags, with the variable unset or empty, takes the
+# visible GPUs' gcnArchName instead of torch._C._cuda_getArchFlags() (docs/rocm-facts.md#p1).
+VISIBLE_GPUS_DEFAULT_SINCE = (2, 12)
 
 
 @dataclass(frozen=True)
@@ -28,18 +31,28 @@ class BadTarget:
     suggestion: str | None
 
 
+def torch_rocm_archs(value: str | None) -> list[str] | None:
+    """The entries torch makes of PYTORCH_ROCM_ARCH, one ``--offload-arch=<entry>`` each; None where
+    torch reads the variable as unset (absent or empty) and takes the visible GPUs' archs.
+
+    torch/utils/cpp_extension.py ``_get_rocm_arch_flags`` (torch 2.13): ``if not _archs:`` (the
+    visible cards) ``else: archs = _archs.replace(' ', ';')``, then ``archs.split(';')``. Only a
+    space separates besides ';' (a tab does not), and a doubled, leading or trailing separator
+    gives an empty entry. Mirrored, not called: it reads os.environ and, unset, initialises the GPUs;
+    tests/test_rules_rocm_arch_env.py pins this copy to the real function.
+    """
+    if not value:
+        return None
+    return value.replace(" ", ";").split(";")
+
+
 def parse_rocm_arch(value: str, catalogue: Catalogue) -> tuple[list[str], list[BadTarget]]:
-    """Split a ``;``- or space-separated list; return (valid targets, bad entries)."""
+    """torch's non-empty entries of a set PYTORCH_ROCM_ARCH (``torch_rocm_archs``): (valid targets, bad
+    entries). Empty entries are counted by ``empty_entries``."""
     good: list[str] = []
     bad: list[BadTarget] = []
-    if not value.strip():
-        return good, [BadTarget(value, "it is empty", None)]
-    # Empty items between separators (``gfx942;;``) are malformed: torch would pass an empty
-    # --offload-arch to hipcc.
-    items = re.split(r";|\s+", value.strip())
-    for item in items:
+    for item in torch_rocm_archs(value) or []:
         if item == "":
-            bad.append(BadTarget(item, "it has an empty entry (doubled or trailing ';')", None))
             continue
         match = TARGET_ID_RE.match(item.lower())
         if not match:
@@ -49,6 +62,20 @@ def parse_rocm_arch(value: str, catalogue: Catalogue) -> tuple[list[str], list[B
         else:
             good.append(item.lower())
     return good, bad
+
+
+def empty_entries(value: str) -> int:
+    """How many empty entries torch makes of the value (a doubled, leading or trailing ';' or space)."""
+    return (torch_rocm_archs(value) or []).count("")
+
+
+def default_follows_visible_gpus(torch_version: str | None) -> bool:
+    """Whether this torch, with PYTORCH_ROCM_ARCH unset, builds for the visible GPUs' archs (P1);
+    False for older or unknown versions, which build for every arch torch was built for."""
+    if not torch_version:
+        return False
+    release = version_tuple(torch_version)
+    return bool(release) and release[:2] >= VISIBLE_GPUS_DEFAULT_SINCE
 
 
 def target_features(target: str) -> dict[str, str]:
@@ -82,11 +109,19 @@ def _feature_conflicts(good: list[str], ctx: Context) -> list[tuple[str, str, st
 def check_pytorch_rocm_arch(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     value = env.get(VAR)
     devices = ctx.snapshot.gpu_base_archs if ctx.rocm else []
-    if value is None:
-        if not devices:
+    if torch_rocm_archs(value) is None:
+        torch_version = ctx.snapshot.torch.version
+        if not devices or default_follows_visible_gpus(torch_version):
+            # torch itself then builds for the visible GPUs' base archs: this very list (P1).
             return unchanged(config, env)
+        built = ctx.snapshot.torch.base_arch_list
         new_env = dict(env)
         new_env[VAR] = ";".join(devices)
+        what = (
+            f"every arch torch was built for ({len(built)}: {', '.join(built)})"
+            if built
+            else ("every arch torch was built for")
+        )
         return Step(
             dict(config),
             new_env,
@@ -95,14 +130,16 @@ def check_pytorch_rocm_arch(config: Mapping[str, Any], env: Mapping[str, str], c
                     code="ROCM_ARCH_SET",
                     level=Level.CHANGE,
                     key=VAR,
+                    old=value,
                     new=new_env[VAR],
-                    message=f"{VAR} was unset, so extensions built at launch (DeepSpeed ops) would "
-                    "compile for every arch torch knows.",
-                    fix=f"Set {VAR}={new_env[VAR]} for this run, the arch of the GPUs present.",
+                    message=f"{VAR} was {'empty' if value == '' else 'unset'}, so extensions built at launch "
+                    f"(DeepSpeed ops) would compile with torch {torch_version} for {what}.",
+                    fix=f"Set {VAR}={new_env[VAR]} for this run, the arch of the GPUs present (what torch "
+                    f"{'.'.join(map(str, VISIBLE_GPUS_DEFAULT_SINCE))} and later choose by themselves).",
                 )
             ],
         )
-    good, bad = parse_rocm_arch(value, ctx.catalogue)
+    good, bad = parse_rocm_arch(value or "", ctx.catalogue)
     findings = []
     for entry in bad:
         hint = f" Did you mean {entry.suggestion!r}?" if entry.suggestion else ""
@@ -116,7 +153,25 @@ def check_pytorch_rocm_arch(config: Mapping[str, Any], env: Mapping[str, str], c
                 fix=f"Use ';'-separated gfx targets such as gfx942 or gfx90a:xnack-.{hint}",
             )
         )
-    findings += _retired(value, good, ctx)
+    empty = empty_entries(value or "")
+    if empty:
+        # torch passes each on as `--offload-arch=` with nothing after it; what hipcc's clang makes of
+        # that was not settled here (docs/rocm-facts.md#p1): said, not refused.
+        cleaned = ";".join(item for item in torch_rocm_archs(value) or [] if item)
+        findings.append(
+            Finding(
+                code="ROCM_ARCH_EMPTY_ENTRY",
+                level=Level.WARNING,
+                key=VAR,
+                old=value,
+                new=cleaned,
+                message=f"{VAR}={value!r} gives torch {empty} empty entr{'y' if empty == 1 else 'ies'} (a doubled, "
+                "leading or trailing ';' or space): each becomes an '--offload-arch=' with no target when "
+                "extensions are built.",
+                fix=f"export {VAR}={cleaned!r}" if cleaned else f"unset {VAR}",
+            )
+        )
+    findings += _retired(value or "", good, ctx)
     conflicts = _feature_conflicts(good, ctx) if ctx.rocm else []
     if conflicts:
         fixed = [base_arch(t) if any(t == c[0] for c in conflicts) else t for t in good]
