@@ -340,3 +340,103 @@ def test_a_key_llamafactory_ignores_is_a_warning_not_a_refusal(tmp_path):
     assert report.errors == [] and report.kept == 4
     assert any("'comment'" in w for w in report.warnings)
     assert any("'colums' (did you mean 'columns'?)" in w for w in report.warnings)
+
+
+# Entries stock LLaMA-Factory trains although they carry what its converter does not read (issue 31).
+EXTRA_COLUMN_ENTRIES = {
+    "sharegpt_with_prompt": (
+        {"formatting": "sharegpt", "columns": {"messages": "conversations", "prompt": "instruction"}},
+        [{"conversations": ok_chat(i), "instruction": f"q{i}"} for i in range(4)],
+        "columns.prompt",
+    ),
+    "alpaca_with_messages": (
+        {"columns": {"prompt": "instruction", "query": "input", "response": "output", "messages": "conversations"}},
+        [{**ok_alpaca(i), "conversations": ok_chat(i)} for i in range(4)],
+        "columns.messages",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXTRA_COLUMN_ENTRIES))
+def test_a_column_the_converter_does_not_read_is_a_warning_as_llamafactory_trains_it(tiny_model, tmp_path, name):
+    """Oracle: LLaMA-Factory's own get_dataset (tiny tokenizer) loads and keeps every row."""
+    entry, rows, column = EXTRA_COLUMN_ENTRIES[name]
+    folder = write(tmp_path / "data", name, rows, entry)
+    dropped, kept = llamafactory_drops(tiny_model, folder, name, tmp_path)
+    assert (dropped, kept) == (0, len(rows))
+    report = validate_dataset(name, folder)
+    assert report.ok and report.kept == kept, report.errors
+    [warning] = [w for w in report.warnings if column in w]
+    assert "ignores it" in warning
+
+
+@pytest.mark.parametrize(
+    ("entry", "raised", "words"),
+    [
+        ({"formatting": "sharegpt", "columns": {"system": "system"}}, KeyError, "KeyError"),  # no messages named
+        ({"formatting": "sharegpt", "tags": {"role_tag": "from"}}, RuntimeError, "Cannot find valid samples"),
+        ({"formatting": "sharegpt_v2"}, ValueError, "Dataset converter sharegpt_v2 not found"),
+    ],
+)
+def test_where_llamafactorys_converter_stops_the_check_stops_in_its_words(tiny_model, tmp_path, entry, raised, words):
+    """Oracle: LLaMA-Factory's own get_dataset raises on the same entry."""
+    rows = [{"conversations": ok_chat(i)} for i in range(3)]
+    folder = write(tmp_path / "data", "d", rows, entry)
+    with pytest.raises(raised):
+        llamafactory_drops(tiny_model, folder, "d", tmp_path)
+    report = validate_dataset("d", folder)
+    assert not report.ok and words in report.first_problem()
+
+
+def test_an_entry_llamafactorys_parser_cannot_read_is_one_error_in_its_words(tmp_path):
+    from llamafactory.data.parser import get_dataset_list
+
+    (tmp_path / "dataset_info.json").write_text(json.dumps({"nosource": {"columns": {}}, "alist": [1]}))
+    for name, words in (("nosource", "KeyError: 'file_name'"), ("alist", "TypeError")):
+        with pytest.raises(Exception, match=words.split(": ")[-1].strip("'")):
+            get_dataset_list([name], str(tmp_path))
+        report = validate_dataset(name, tmp_path)
+        assert report.errors and words in report.errors[0], report.errors
+
+
+def test_two_sources_are_a_warning_naming_the_one_llamafactory_ignores(tiny_model, tmp_path):
+    rows = [ok_alpaca(i) for i in range(3)]
+    folder = write(tmp_path / "data", "d", rows, {"cloud_file_name": "s3://bucket/d.json"})
+    from llamafactory.data.parser import get_dataset_list
+
+    attr = get_dataset_list(["d"], str(folder))[0]
+    assert attr.load_from == "cloud_file"  # LLaMA-Factory takes the cloud file and never reads file_name
+    report = validate_dataset("d", folder)
+    assert report.ok and report.remote
+    assert any("ignores file_name" in w for w in report.warnings)
+
+
+@pytest.mark.parametrize("formatting", ["alpaca", "sharegpt", "openai"])
+def test_the_columns_a_converter_reads_are_the_ones_that_change_its_output(formatting):
+    """Oracle: LLaMA-Factory's converter itself: pointing a column it does not read (entry.converter_reads)
+    at a column the row lacks changes nothing (so the warning "ignores it" is true); the conversation's
+    own column is among those it reads."""
+    from llamafactory.data.converter import get_dataset_converter
+    from llamafactory.data.parser import DatasetAttr
+    from llamafactory.hparams import DataArguments
+
+    from llamafactory_rocm.dataset.entry import COLUMN_KEYS, converter_reads
+
+    row = {**ok_alpaca(0), "conversations": ok_chat(0)}
+
+    def convert(**columns: str) -> object:
+        attr = DatasetAttr("file", "d.json", formatting=formatting)
+        for key, value in columns.items():
+            setattr(attr, key, value)
+        try:
+            return get_dataset_converter(formatting, attr, DataArguments())(row)
+        except Exception as err:
+            return type(err)
+
+    plain = convert()
+    reads = converter_reads(formatting)
+    for column in COLUMN_KEYS:
+        if column not in reads:
+            assert convert(**{column: "absent"}) == plain, column
+    main_column = "prompt" if formatting == "alpaca" else "messages"
+    assert main_column in reads and convert(**{main_column: "absent"}) is KeyError

@@ -8,14 +8,24 @@ are a warning here too, unless nothing is left or more than ``max_dropped`` of t
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from . import entry as _entry
-from .entry import COLUMN_KEYS, FORMATTINGS, closest, entry_problems, source_of
+from .entry import (
+    COLUMN_KEYS,
+    FORMATTINGS,
+    SOURCE_KEYS,
+    closest,
+    converter_reads,
+    did_you_mean,
+    entry_warnings,
+    json_kind,
+    source_of,
+)
 from .info import INFO_FILE, load_dataset_info
 from .loader import LoadError, stream_tables
 from .rows import DEFAULT_MAX_ROWS_SHOWN, RowChecker, RowIssue
@@ -138,38 +148,66 @@ def validate_dataset(
 def validate_entry(
     name: str | None, entry: Any, dataset_dir: Path, options: CheckOptions | None = None
 ) -> DatasetReport:
-    """Check one dataset_info.json entry and, for a local file_name, every row of its data."""
+    """Check one dataset_info.json entry as LLaMA-Factory reads it and, for a local file_name, every row
+    of its data. The entry's errors are LLaMA-Factory's own: where its parser or converter stops."""
     options = options or CheckOptions()
-    checked = entry_problems(entry)
+    label = name or "data"
     if not isinstance(entry, dict):
-        return DatasetReport(name, "?", "?", errors=checked.errors)
-    report = DatasetReport(name, source_of(entry), str(entry.get("formatting", "alpaca")))
-    report.errors, report.warnings = list(checked.errors), list(checked.warnings)
-    if report.errors:  # LLaMA-Factory would read it differently from what it says: fix that first
+        source, formatting = "?", "?"
+    else:
+        source, formatting = source_of(entry), str(entry.get("formatting", "alpaca"))
+    report = DatasetReport(name, source, formatting)
+    try:
+        attr = dataset_attr(label, entry, dataset_dir)
+    except Exception as err:  # KeyError 'file_name' for an entry with no source, TypeError for a list, ...
+        report.errors.append(_parser_stops(entry, err))
         return report
-    attr = dataset_attr(name or "data", entry, dataset_dir)
+    report.warnings += entry_warnings(entry, attr)
+    from llamafactory.data.converter import DATASET_CONVERTERS
+
+    if attr.formatting not in DATASET_CONVERTERS:  # get_dataset_converter's own test, before any row
+        hint = did_you_mean(str(attr.formatting), DATASET_CONVERTERS)
+        report.errors.append(
+            f"formatting {attr.formatting!r}{hint}: LLaMA-Factory stops with 'Dataset converter "
+            f"{attr.formatting} not found.' (it has {', '.join(DATASET_CONVERTERS)})"
+        )
+        return report
     if attr.load_from != "file":
         report.remote = True
         report.warnings.append(f"{attr.load_from} datasets are not checked here (only local file_name data is)")
         return report
     # LLaMA-Factory 0.9.5 data/loader.py _get_merged_dataset, mirrored (it loads the data first):
-    # `(stage == "rm" and dataset_attr.ranking is False) or (stage != "rm" and dataset_attr.ranking is True)`.
     # options.stage is the data stage the workflow passes (lf/stages.py: dpo -> rm); pinned by
     # tests/test_dataset_converter.py::test_the_ranking_rule_is_llamafactorys.
-    if (options.stage == "rm") != bool(attr.ranking):
+    stage = options.stage
+    if (stage == "rm" and attr.ranking is False) or (stage != "rm" and attr.ranking is True):
         report.errors.append(
-            f"ranking is {str(attr.ranking).lower()} but the stage is {options.stage}: LLaMA-Factory stops with "
+            f"ranking is {json.dumps(attr.ranking)} but the stage is {stage}: LLaMA-Factory stops with "
             "'The dataset is not applicable in the current training stage.'"
         )
         return report
-    path = Path(dataset_dir) / attr.dataset_name
+    try:  # _load_single_dataset's own join: a file_name that is not a string stops it here
+        path = Path(os.path.join(str(dataset_dir), attr.dataset_name))
+    except TypeError as err:
+        report.errors.append(
+            f"file_name is a JSON {json_kind(attr.dataset_name)}: LLaMA-Factory's loader stops with TypeError: {err}"
+        )
+        return report
     files = _local_files(report, path)
     if files:
         _check_rows(report, files, attr, options, labelled=path.is_dir())
     return report
 
 
-def dataset_attr(name: str, entry: dict[str, Any], dataset_dir: Path) -> Any:
+def _parser_stops(entry: Any, err: Exception) -> str:
+    """LLaMA-Factory's get_dataset_list stopping on an entry, in its words and what they mean."""
+    words = f"{type(err).__name__}: {err}"
+    if isinstance(err, KeyError) and err.args == ("file_name",):
+        return f"the entry names no source, so LLaMA-Factory stops with {words} (give one of {', '.join(SOURCE_KEYS)})"
+    return f"the entry is a JSON {json_kind(entry)}; LLaMA-Factory's get_dataset_list stops on it with {words}"
+
+
+def dataset_attr(name: str, entry: Any, dataset_dir: Path) -> Any:
     """The entry as LLaMA-Factory's parser reads it."""
     from ..lf.text_only import text_only_llamafactory
 
@@ -218,8 +256,8 @@ def _check_rows(report: DatasetReport, files: list[Path], attr: Any, options: Ch
 
     data_args = DataArguments(dataset_dir=str(Path(report.files[0]).parent), media_dir=options.media_dir)
     checker = RowChecker(attr, data_args, options.stage, limit=options.max_errors)
-    unread = _entry.CHAT_ONLY_COLUMNS if attr.formatting == "alpaca" else _entry.ALPACA_ONLY_COLUMNS
-    mapped = [getattr(attr, key) for key in COLUMN_KEYS if key not in unread and getattr(attr, key)]
+    reads = converter_reads(attr.formatting)
+    mapped = [getattr(attr, key) for key in COLUMN_KEYS if key in reads and isinstance(getattr(attr, key), str)]
     columns: set[str] = set()
     try:
         for batch in stream_tables(files, options.num_proc, options.progress):
