@@ -11,6 +11,11 @@ only then imports this module (``lazy_find_spec``). From here on, three modules 
   export`` and LlamaBoard's export tab.
 - ``llamafactory.chat.chat_model``: ``ChatModel.__init__`` is wrapped (``after.wrap_chat_model_init``):
   ``chat``, ``api`` and ``webchat`` all construct a ChatModel (docs/after-training.md#t8).
+- ``llamafactory.webui.interface`` and ``llamafactory.api.app``: ``run_web_ui``, ``run_web_demo`` and
+  ``run_api`` first say, in one line, when the server will listen beyond the loopback without a password
+  or key (``lf.exposure``); nothing about the server is changed.
+- ``llamafactory.v1.launcher`` (LLaMA-Factory main, ``USE_V1=1``): its ``launch`` never calls ``run_exp``,
+  so it first says in one line that the run is not checked (``lf.v1_launcher``).
 - ``llamafactory.data.mm_plugin``: it imports torchaudio unconditionally, for audio inputs only.
   When torchaudio is missing or broken, a stand-in is visible while that one module executes; it
   raises a clear error only if audio is really used.
@@ -38,6 +43,9 @@ SWITCH = "LLAMAFACTORY_ROCM"
 TUNER = "llamafactory.train.tuner"
 CHAT_MODEL = "llamafactory.chat.chat_model"
 MM_PLUGIN = "llamafactory.data.mm_plugin"
+WEBUI = "llamafactory.webui.interface"
+API = "llamafactory.api.app"
+V1_LAUNCHER = "llamafactory.v1.launcher"
 
 
 def enabled(environ: dict[str, str] | os._Environ[str] = os.environ) -> bool:
@@ -83,7 +91,37 @@ def _patch_chat_model(module: ModuleType) -> None:
         _step_aside(exc)
 
 
-_PATCHES = {TUNER: _patch_tuner, CHAT_MODEL: _patch_chat_model}
+def _wrap_attr(module: ModuleType, name: str, wrap: Callable[[Callable], Callable]) -> None:
+    """Replace ``module.name`` by ``wrap(module.name)`` once; step aside in one line if that fails."""
+    original = getattr(module, name, None)
+    if original is None or getattr(original, "__llamafactory_rocm__", False):
+        return
+    try:
+        setattr(module, name, wrap(original))
+    except Exception as exc:
+        _step_aside(exc)
+
+
+def _patch_servers(module: ModuleType) -> None:
+    from llamafactory_rocm.lf.exposure import wrap_server_entry
+
+    for name, command in (("run_web_ui", "webui"), ("run_web_demo", "webchat"), ("run_api", "api")):
+        _wrap_attr(module, name, lambda entry, command=command: wrap_server_entry(entry, command))
+
+
+def _patch_v1_launcher(module: ModuleType) -> None:
+    from llamafactory_rocm.lf.v1_launcher import wrap_launch
+
+    _wrap_attr(module, "launch", wrap_launch)
+
+
+_PATCHES = {
+    TUNER: _patch_tuner,
+    CHAT_MODEL: _patch_chat_model,
+    WEBUI: _patch_servers,
+    API: _patch_servers,
+    V1_LAUNCHER: _patch_v1_launcher,
+}
 
 
 class _HookedLoader:
@@ -113,7 +151,7 @@ class _HookedLoader:
 class _Finder:
     """A meta-path finder (importlib's MetaPathFinder protocol) for the modules we hook."""
 
-    targets = (TUNER, CHAT_MODEL, MM_PLUGIN)
+    targets = (TUNER, CHAT_MODEL, WEBUI, API, V1_LAUNCHER, MM_PLUGIN)
 
     def find_spec(
         self, fullname: str, path: object = None, target: ModuleType | None = None
