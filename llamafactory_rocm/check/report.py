@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..findings import Finding
@@ -17,12 +17,11 @@ class Report:
     snapshot: Snapshot
     target: Target | None
     config_path: str | None = None
-    env_before: dict[str, str] = field(default_factory=dict)
     origin: str = "check_config"
     depth: str = "full"
-    # the dry run's counts: rows LLaMA-Factory trains on, the checkpoint it resumes from (lf/dry_run.py)
+    # the dry run's count of the rows LLaMA-Factory trains on (lf/dry_run.py)
     train_rows: int | None = None
-    resume_step: int | None = None
+    accepted: frozenset[str] = frozenset()  # the request's --accept / LLAMAFACTORY_ROCM_ACCEPT, read once
 
     @property
     def ok(self) -> bool:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -46,9 +46,6 @@ class CheckRequest:
     plan: bool = True
     depth: Depth = Depth.FULL
     extra_findings: tuple[Any, ...] = field(default_factory=tuple)
-
-    def with_depth(self, depth: Depth) -> CheckRequest:
-        return replace(self, depth=depth)
 
 
 def rule_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:

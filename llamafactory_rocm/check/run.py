@@ -15,10 +15,8 @@ no data pass, no dry launch (docs/after-training.md#t8).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +30,7 @@ from ..machine.snapshot import Snapshot
 from ..memory import model_config_for
 from ..rules import Context, Resolution, resolve, rules_for
 from .outputs import existing_outputs, resume_checkpoint
+from .rank import judged_as, launched_world, rank_finding
 from .report import Report
 from .request import CheckRequest, Depth, accepted_codes
 from .target import planned_snapshot, resolve_target
@@ -234,10 +233,13 @@ def run_check(request: CheckRequest) -> Report:
     # said too; not where a rule found keys or values the parser cannot take at all (it would only repeat it).
     blocked = any(f.level is Level.ERROR and f.code in _PARSER_CANNOT_READ for f in findings)
     if full and not blocked and schema.parser is not None:
-        with single_process() as judged:
-            findings += llamafactory_verdict(judged(resolution.config), ctx, command)
+        rank = launched_world(resolution.config, resolution.env, ctx) if train else None
+        if rank is not None:
+            findings.append(rank_finding(rank))
+        with judged_as(rank):
+            findings += llamafactory_verdict(resolution.config, ctx, command)
             if not has_errors(findings) and train:  # the dry run is LLaMA-Factory's training launch
-                dry_findings, dry = dry_launch_findings(judged(resolution.config), ctx.snapshot)
+                dry_findings, dry = dry_launch_findings(resolution.config, ctx.snapshot)
     if dry is not None:
         if dry.rows and dry.rows.get("train") is not None:  # the world plan, with the rows LF trains on
             ctx = dataclasses.replace(ctx, train_rows=dry.rows["train"])
@@ -253,42 +255,18 @@ def run_check(request: CheckRequest) -> Report:
         snapshot=snapshot,
         target=target,
         config_path=request.config_path,
-        env_before=env,
         origin=request.origin,
         depth=request.depth.value,
         train_rows=None if dry is None or not dry.rows else dry.rows.get("train"),
-        resume_step=None if dry is None or dry.resume is None else dry.resume.global_step,
+        accepted=request.accept,
     )
-
-
-# What torchrun gives each rank. With them, transformers' TrainingArguments joins the process group
-# and LLaMA-Factory's get_dataset waits at main_process_first barriers: a check run on one rank only
-# (each node's first) would pair its collectives with the other ranks' real ones and hang the run.
-_DISTRIBUTED_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
-                    "ROLE_WORLD_SIZE", "GROUP_WORLD_SIZE", "TORCHELASTIC_RUN_ID")  # fmt: skip
-
-
-@contextlib.contextmanager
-def single_process() -> Iterator[Callable[[Mapping[str, Any]], dict[str, Any]]]:
-    """LLaMA-Factory's parser and dry run as one process: no process group, no barrier. Under torchrun a
-    ``deepspeed:`` JSON is left to the real launch (its checks want the distributed world)."""
-    distributed = int(os.environ.get("WORLD_SIZE", "1") or 1) > 1
-    saved = {k: os.environ.pop(k) for k in _DISTRIBUTED_ENV if k in os.environ}
-
-    def judged(config: Mapping[str, Any]) -> dict[str, Any]:
-        return {k: v for k, v in config.items() if not (distributed and k == "deepspeed")}
-
-    try:
-        yield judged
-    finally:
-        os.environ.update(saved)
 
 
 # Rule errors that leave LLaMA-Factory's parser nothing to judge: it would refuse the same key or value.
 _PARSER_CANNOT_READ = frozenset({"UNKNOWN_KEY", "VALUE_INVALID", "COMPUTE_DTYPE_UNKNOWN", "BACKEND_UNKNOWN"})
 
 # Findings added after the rules (LLaMA-Factory's parser), kept when the rules run again with the rows.
-_AFTER_RULES = frozenset({"PARSER_PLANNED", "LLAMAFACTORY_REFUSED"})
+_AFTER_RULES = frozenset({"PARSER_PLANNED", "LLAMAFACTORY_REFUSED", "JUDGED_AS_RANK"})
 
 
 def check_config(

@@ -164,7 +164,9 @@ def world_batch(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context)
     findings: list[Finding] = []
     per_device = _number(config, "per_device_train_batch_size", 8)
     accumulation = _number(config, "gradient_accumulation_steps", 1)
-    if per_device is None or accumulation is None:
+    if per_device is None or accumulation is None or per_device < 1 or accumulation < 1:
+        # Not a batch LLaMA-Factory trains: its parser or the dry run's DataLoader refuses it in its own
+        # words (BATCH_REFUSED, LLAMAFACTORY_REFUSED); no arithmetic on it here.
         return unchanged(config, env)
     global_batch = per_device * accumulation * world.size
     arithmetic = (

@@ -20,6 +20,7 @@ from ..check.render import report_text
 from ..check.request import from_launch_args
 from ..check.run import Report, run_check
 from ..errors import EXIT_DIVERGED, EXIT_FINDINGS, EXIT_INTERNAL, EXIT_NODES_DISAGREE, EXIT_OK, EXIT_USAGE
+from ..findings import ACCEPT_ENV
 from ..lf.schema import output_dir_of
 from ..lf.text_only import text_only_llamafactory
 from .hook import CHECKED_ENV, EXIT_DIR_ENV, checked_token
@@ -89,6 +90,8 @@ def train(
         resolved.write_text(dump_yaml(report.config), encoding="utf-8")
         print(f"\nwarning: the launch record could not be written in {output_dir} ({exc}); training goes on.\n")
     os.environ.update(report.resolution.env_changes)
+    if report.accepted:  # --accept reaches every rank: the hook's check and the node agreement read it there
+        os.environ[ACCEPT_ENV] = ",".join(sorted(report.accepted))
     from ..machine.probe import relevant_env
 
     # The ranks trust this check when they read the same config on the same machine (train/hook.py): the

@@ -1,0 +1,28 @@
+"""Installs the simulated node (tests/simulated_node.py) in every Python process of a test's run.
+
+LLAMAFACTORY_ROCM_TEST_NODE names the snapshot. The launcher's process (``llamafactory-cli``, no
+LOCAL_RANK) sees the node's devices, so LLaMA-Factory starts torchrun with that many ranks. A torchrun
+rank sees them while the pre-launch check runs (what a rank of that node would judge), then trains on
+the CPU with gloo: a rank of a simulated node cannot run a kernel on a GPU that does not exist.
+"""
+
+import os
+import sys
+
+_node = os.environ.get("LLAMAFACTORY_ROCM_TEST_NODE")
+if _node:
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    import simulated_node
+
+    if "LOCAL_RANK" not in os.environ:
+        simulated_node.install(_node)
+    elif os.environ.get("LLAMAFACTORY_ROCM", "1") != "0":
+        from llamafactory_rocm.train import hook as _hook
+
+        _unsimulated = _hook.prepare
+
+        def _prepare_on_the_node(args):  # the probe and the check, as the rank of that node sees them
+            with simulated_node.simulated_node(_node):
+                return _unsimulated(args)
+
+        _hook.prepare = _prepare_on_the_node
