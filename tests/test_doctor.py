@@ -189,6 +189,24 @@ def test_hip_vs_system_rocm_and_the_jit_toolchain():
     assert tools.status == PASS and "ninja, hipcc and ROCM_HOME found" in tools.detail
 
 
+def test_doctor_says_which_rocm_layout_it_read():
+    (line,) = lines_by_topic("mi300x_therock_rocm10")["system ROCm"]  # no mismatch claimed
+    assert line.status == PASS and line.code is None
+    assert "10.0.0 (/opt/rocm/core/.info/version, therock layout)" in line.detail
+    assert "majors not compared" in line.detail  # HIP 7.13 beside ROCm 10: unsettled
+    topics = lines_by_topic("rx7900xtx_therock_rocm10_mismatch")
+    assert [ln.code for ln in topics["system ROCm"] if ln.code] == ["ROCM_VERSION_MISMATCH"]
+    snap = load_snapshot("mi300x_therock_rocm10")
+    for update, said in (
+        ({"system_rocm": None, "system_rocm_file": None, "system_rocm_layout": "unknown"}, "version not read"),
+        ({"system_rocm": None, "system_rocm_file": None, "system_rocm_installs": ["core-7.14", "core-10.0"]},
+         "several installs (core-7.14, core-10.0)"),
+    ):  # fmt: skip
+        unread = snap.model_copy(update={"host": snap.host.model_copy(update=update)})
+        (line,) = [ln for ln in diagnose(unread) if ln.topic == "system ROCm"]
+        assert line.status == PASS and said in line.detail and line.code is None
+
+
 def test_jit_toolchain_missing_warns_where_deepspeed_is_installed():
     snap = load_snapshot("rx7900xtx_rocm_mismatch")
     snap = snap.model_copy(update={"host": snap.host.model_copy(update={"ninja": False})})

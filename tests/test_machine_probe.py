@@ -9,11 +9,12 @@ from llamafactory_rocm.machine.probe import (
     attach_drm_memory,
     pci_key,
     probe_drm,
+    probe_host,
     read_meminfo,
     read_system_rocm,
     relevant_env,
 )
-from llamafactory_rocm.machine.snapshot import SNAPSHOT_SCHEMA_VERSION, Device, Snapshot
+from llamafactory_rocm.machine.snapshot import SNAPSHOT_SCHEMA_VERSION, Device, Snapshot, SystemRocm
 from tests.conftest import SNAPSHOTS
 
 
@@ -53,13 +54,42 @@ def test_meminfo_and_system_rocm(tmp_path):
     meminfo.write_text("MemTotal:       130989056 kB\nMemFree:  1000 kB\nMemAvailable:   125829120 kB\n")
     assert read_meminfo(meminfo) == (130989056 * 1024, 125829120 * 1024)
     assert read_meminfo(tmp_path / "absent") == (None, None)
-    info = tmp_path / "info"
-    info.mkdir()
-    assert read_system_rocm(info) is None
+    root = tmp_path / "rocm"
+    assert read_system_rocm(root).layout == "absent"
+    info = root / ".info"
+    info.mkdir(parents=True)
+    assert (read_system_rocm(root).version, read_system_rocm(root).layout) == (None, "unknown")
     (info / "version-dev").write_text("6.4.1-103\n")
-    assert read_system_rocm(info) == "6.4.1-103"
+    assert read_system_rocm(root) == SystemRocm(version="6.4.1-103", layout="legacy", file=".info/version")
     (info / "version").write_text("7.1.0-38\n")
-    assert read_system_rocm(info) == "7.1.0-38"
+    assert read_system_rocm(root).version == "7.1.0-38"
+
+
+def _therock_core(root, name, version):
+    """A TheRock native-package install: /opt/rocm/core-X.Y/.info/version (docs/rocm-facts.md#n19)."""
+    info = root / name / ".info"
+    info.mkdir(parents=True)
+    (info / "version").write_text(f"{version}\n")
+    return root / name
+
+
+def test_therock_layout_is_read_and_named(tmp_path):
+    root = tmp_path / "rocm"
+    core = _therock_core(root, "core-10.0", "10.0.0")
+    (root / "core-asan-10.0").mkdir()  # an ASAN build beside it: not a release install
+    assert read_system_rocm(root) == SystemRocm(version="10.0.0", layout="therock", file="core-10.0/.info/version")
+    _therock_core(root, "core-7.14", "7.14.0")
+    several = read_system_rocm(root)  # two installs, no /opt/rocm/core link: which one is used is not known
+    assert (several.version, several.layout, several.installs) == (None, "therock", ["core-7.14", "core-10.0"])
+    os.symlink(core, root / "core")  # TheRock PR #2728: /opt/rocm/core -> core-X.Y
+    os.symlink(core, root / "core-10")  # and core-<major>
+    assert read_system_rocm(root) == SystemRocm(version="10.0.0", layout="therock", file="core/.info/version")
+
+
+def test_probe_records_the_layout(tmp_path):
+    host = probe_host()
+    assert host.system_rocm_layout in {"legacy", "therock", "unknown", "absent"}
+    assert host.system_rocm_layout != "absent" or host.system_rocm is None
 
 
 def test_the_new_environment_variables_are_recorded():
@@ -74,7 +104,8 @@ def test_a_schema_2_snapshot_loads_with_the_new_facts_unknown(tmp_path):
     path = tmp_path / "old.json"
     path.write_text(json.dumps(old))
     snap = Snapshot.load(path)
-    assert snap.schema_version == SNAPSHOT_SCHEMA_VERSION == 3
+    assert snap.schema_version == SNAPSHOT_SCHEMA_VERSION == 4
+    assert snap.host.system_rocm_layout is None  # not probed then: unknown
     assert snap.host.memory_total_bytes is None and snap.devices[0].is_integrated is None
     assert snap.access.dxg_exists is False and snap.set_aside == []
     saved = tmp_path / "new.json"
@@ -85,5 +116,8 @@ def test_a_schema_2_snapshot_loads_with_the_new_facts_unknown(tmp_path):
 def test_the_snapshot_records_no_path_of_the_toolchain():
     snap = Snapshot.load(SNAPSHOTS / "rx7900xtx_rocm_mismatch.json")
     assert set(snap.host.model_dump()) == {"memory_total_bytes", "memory_available_bytes", "system_rocm", "hipcc",
-                                           "ninja", "rocm_home"}  # fmt: skip
+                                           "ninja", "rocm_home", "system_rocm_layout", "system_rocm_file",
+                                           "system_rocm_installs"}  # fmt: skip
+    therock = Snapshot.load(SNAPSHOTS / "mi300x_therock_rocm10.json").host
+    assert not therock.system_rocm_file.startswith("/")  # relative to /opt/rocm: never a user's path
     assert all(isinstance(v, bool) for v in (snap.host.hipcc, snap.host.ninja, snap.host.rocm_home))

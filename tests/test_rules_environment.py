@@ -5,6 +5,8 @@ Recorded snapshots built from published facts (docs/rocm-facts.md#n7, #n8, #n13,
 
 import json
 
+import pytest
+
 from llamafactory_rocm.findings import Level
 from llamafactory_rocm.rules import environment
 from llamafactory_rocm.rules.base import Context
@@ -99,3 +101,41 @@ def test_wsl2_says_dxg_applies_and_names_the_detection_variable():
     (quiet,) = environment.wsl2({}, {"HSA_ENABLE_DXG_DETECTION": "1"}, ctx).findings
     assert "HSA_ENABLE_DXG_DETECTION" not in quiet.fix
     assert codes(environment.wsl2({}, {}, make_ctx("rx7900xtx"))) == []
+
+
+def test_a_therock_install_past_rocm_7_is_compared_only_where_it_holds(tmp_path):
+    # HIP 6.4 beside ROCm 10.0 (TheRock's /opt/rocm/core): older whichever HIP ROCm 10 ships.
+    ctx = make_ctx("rx7900xtx_therock_rocm10_mismatch")
+    (warning,) = environment.rocm_version_mismatch({}, {}, ctx).findings
+    assert warning.code == "ROCM_VERSION_MISMATCH" and warning.key == "/opt/rocm/core/.info/version"
+    assert "10.0.0 (/opt/rocm/core/.info/version)" in warning.message and "ROCm 10.0" in warning.fix
+    # HIP 7.13 beside ROCm 10.0: which HIP major ROCm 10 ships is unsettled (docs/rocm-facts.md#n19): no
+    # false mismatch.
+    assert codes(environment.rocm_version_mismatch({}, {}, make_ctx("mi300x_therock_rocm10"))) == []
+
+
+@pytest.mark.parametrize(
+    ("hip", "system", "differ"),
+    [
+        ("6.4.43482", "7.1.0-38", True),
+        ("7.13.26154", "7.14.0", False),  # TheRock 7.1x: HIP numbered as ROCm
+        ("6.4.43482", "10.0.0", True),
+        ("7.13.26154", "10.0.0", None),
+        ("10.0.1", "10.0.0", False),
+        ("10.0.1", "7.2.0", True),
+        ("unknown", "7.2.0", None),
+    ],
+)
+def test_majors_past_7_are_read_as_numbers(hip, system, differ):
+    assert environment.hip_and_rocm_majors_differ(hip, system) is differ
+
+
+def test_a_version_not_read_says_nothing():
+    ctx = make_ctx("rx7900xtx_therock_rocm10_mismatch")
+    for update in (
+        {"system_rocm": None, "system_rocm_layout": "unknown", "system_rocm_file": None},
+        {"system_rocm": None, "system_rocm_file": None, "system_rocm_installs": ["core-7.14", "core-10.0"]},
+    ):
+        snap = ctx.snapshot.model_copy(update={"host": ctx.snapshot.host.model_copy(update=update)})
+        unread = Context(snapshot=snap, catalogue=ctx.catalogue, known_keys=ctx.known_keys)
+        assert codes(environment.rocm_version_mismatch({}, {}, unread)) == []

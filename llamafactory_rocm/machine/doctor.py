@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from ..findings import Finding, Level, explain_hint
 from ..lf.schema import train_keys
 from ..rules import Context, resolve
+from ..rules.environment import hip_and_rocm_majors_differ
 from ..rules.kernels import flash_attn_gap, version_tuple
 from .catalogue import load_catalogue
 from .snapshot import Snapshot
@@ -164,9 +165,16 @@ def host_lines(snap: Snapshot) -> list[Line]:
     host = snap.host
     lines = []
     if host.system_rocm:
-        lines.append(
-            Line(PASS, "system ROCm", f"{host.system_rocm} (/opt/rocm/.info/version); torch HIP {snap.torch.hip}")
-        )
+        detail = f"{host.system_rocm} ({host.system_rocm_where}); torch HIP {snap.torch.hip}"
+        if snap.torch.hip and hip_and_rocm_majors_differ(snap.torch.hip, host.system_rocm) is None:
+            # docs/rocm-facts.md#n19: past ROCm 7 the HIP and ROCm numbers may diverge.
+            detail += (
+                ": majors not compared (past ROCm 7, which HIP major a ROCm release ships is not settled); "
+                "check that torch's wheel was built for this ROCm"
+            )
+        lines.append(Line(PASS, "system ROCm", detail))
+    elif host.system_rocm_layout is not None:
+        lines.append(Line(PASS, "system ROCm", f"{host.system_rocm_where}; torch HIP {snap.torch.hip}"))
     tools = {"ninja": host.ninja, "hipcc": host.hipcc, "ROCM_HOME": host.rocm_home}
     if any(v is not None for v in tools.values()):
         missing = [name for name, have in tools.items() if have is False]

@@ -19,13 +19,16 @@ from .snapshot import (
     Host,
     KfdNode,
     Snapshot,
+    SystemRocm,
     TorchBuild,
     iommu_pt_in,
 )
 
 KFD_NODES = Path("/sys/class/kfd/kfd/topology/nodes")
 DRM_CARDS = Path("/sys/class/drm")
-ROCM_INFO = Path("/opt/rocm/.info")
+ROCM_ROOT = Path("/opt/rocm")
+# TheRock's native packages (amdrocm-*) install into /opt/rocm/core-<major>.<minor> (docs/rocm-facts.md#n19).
+_THEROCK_CORE = re.compile(r"^core-(\d+)\.(\d+)$")
 _PCI_ADDRESS = re.compile(r"^([0-9a-f]{4,}):([0-9a-f]{2}):([0-9a-f]{2})\.[0-7]$")
 PciKey = tuple[int, int, int]  # (domain, bus, device)
 PACKAGES = ("flash_attn", "bitsandbytes", "deepspeed", "llamafactory", "transformers", "peft", "torchaudio")
@@ -147,8 +150,8 @@ def read_meminfo(path: Path = Path("/proc/meminfo")) -> tuple[int | None, int | 
     return values.get("MemTotal"), values.get("MemAvailable")
 
 
-def read_system_rocm(info: Path = ROCM_INFO) -> str | None:
-    """The system ROCm's version: /opt/rocm/.info/version, else version-dev (docs/rocm-facts.md#n13)."""
+def _read_version(info: Path) -> str | None:
+    """The first line of ``info/version``, else ``info/version-dev``; None where neither is readable."""
     for name in ("version", "version-dev"):
         try:
             text = (info / name).read_text().strip()
@@ -157,6 +160,36 @@ def read_system_rocm(info: Path = ROCM_INFO) -> str | None:
         if text:
             return text.splitlines()[0].strip()[:40]
     return None
+
+
+def read_system_rocm(root: Path = ROCM_ROOT) -> SystemRocm:
+    """The system ROCm's version and the layout it was read from (docs/rocm-facts.md#n13, #n19).
+
+    legacy: ``/opt/rocm/.info/version`` (else ``version-dev``), what ROCm releases through 7.x write.
+    therock: TheRock's native packages, ``/opt/rocm/core-X.Y/.info/version``; ``/opt/rocm/core`` is
+    their link to the default one. Several ``core-X.Y`` and no ``core`` link: which one a build uses
+    is not known, so no version is read (never a guess). A /opt/rocm with neither: ``unknown``.
+    Only paths under /opt/rocm are named, never one of the user's.
+    """
+    if not root.is_dir():
+        return SystemRocm(layout="absent")
+    version = _read_version(root / ".info")
+    if version:
+        return SystemRocm(version=version, layout="legacy", file=".info/version")
+    version = _read_version(root / "core" / ".info")
+    if version:
+        return SystemRocm(version=version, layout="therock", file="core/.info/version")
+    cores = sorted(
+        (child for child in root.iterdir() if _THEROCK_CORE.match(child.name) and child.is_dir()),
+        key=lambda child: tuple(int(n) for n in _THEROCK_CORE.match(child.name).groups()),  # type: ignore[union-attr]
+    )
+    if len(cores) == 1:
+        version = _read_version(cores[0] / ".info")
+        if version:
+            return SystemRocm(version=version, layout="therock", file=f"{cores[0].name}/.info/version")
+    if cores:
+        return SystemRocm(layout="therock", installs=[c.name for c in cores])
+    return SystemRocm(layout="unknown")
 
 
 def probe_host() -> Host:
@@ -169,10 +202,14 @@ def probe_host() -> Host:
     except Exception:  # no torch, or a CPU/CUDA torch without the attribute
         rocm_home = None
     hipcc = shutil.which("hipcc") is not None or bool(rocm_home and Path(rocm_home, "bin", "hipcc").is_file())
+    system = read_system_rocm()
     return Host(
         memory_total_bytes=total,
         memory_available_bytes=available,
-        system_rocm=read_system_rocm(),
+        system_rocm=system.version,
+        system_rocm_layout=system.layout,
+        system_rocm_file=system.file,
+        system_rocm_installs=system.installs,
         hipcc=hipcc,
         ninja=shutil.which("ninja") is not None,
         rocm_home=rocm_home is not None,

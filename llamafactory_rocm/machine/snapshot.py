@@ -17,7 +17,9 @@ from .catalogue import base_arch
 # 2: iommu_pt replaces the kernel command line; groups are render/video only.
 # 3: optional APU memory per device (carve-out, GTT, is_integrated, free), the host (RAM, system ROCm,
 #    JIT toolchain) and /dev/dxg; a schema-2 file loads unchanged, the new facts as unknown (None).
-SNAPSHOT_SCHEMA_VERSION = 3
+# 4: the system ROCm's layout (legacy /opt/rocm or TheRock's /opt/rocm/core-X.Y) and the file its
+#    version was read from; a schema-2/3 file loads unchanged, the layout as unknown (None).
+SNAPSHOT_SCHEMA_VERSION = 4
 # The only groups a rule asks about: /dev/kfd and /dev/dri/renderD* need them (docs/rocm-facts.md#r8).
 # Others (often one named after the user) are not kept.
 GPU_GROUPS = ("render", "video")
@@ -159,6 +161,17 @@ class DeviceAccess(BaseModel):
         return [g for g in groups if g in GPU_GROUPS]
 
 
+class SystemRocm(BaseModel):
+    """What the probe read of the system ROCm under /opt/rocm (docs/rocm-facts.md#n13, #n19)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: str | None = None
+    layout: str = Field(description="'legacy', 'therock', 'unknown' (a /opt/rocm without a version file) or 'absent'")
+    file: str | None = Field(default=None, description="the file the version was read from, relative to /opt/rocm")
+    installs: list[str] = Field(default_factory=list, description="TheRock core-X.Y folders when several")
+
+
 class Host(BaseModel):
     """The machine around the GPUs: RAM (an APU's GPU takes its memory from it), the system ROCm and
     the tools DeepSpeed's JIT-built ops need (docs/rocm-facts.md#n9, #n13). Presence only, never a path."""
@@ -167,7 +180,37 @@ class Host(BaseModel):
 
     memory_total_bytes: int | None = Field(default=None, description="/proc/meminfo MemTotal")
     memory_available_bytes: int | None = Field(default=None, description="/proc/meminfo MemAvailable")
-    system_rocm: str | None = Field(default=None, description="/opt/rocm/.info/version (or version-dev)")
+    system_rocm: str | None = Field(
+        default=None, description="the system ROCm's version, from the file system_rocm_file names"
+    )
+    system_rocm_layout: str | None = Field(
+        default=None,
+        description="'legacy' (/opt/rocm/.info/version), 'therock' (/opt/rocm/core[-X.Y]/.info/version), "
+        "'unknown' (/opt/rocm without a version file), 'absent'; None where not probed (schema 3 and before)",
+    )
+    system_rocm_file: str | None = Field(
+        default=None, description="relative to /opt/rocm, e.g. core-10.0/.info/version"
+    )
+    system_rocm_installs: list[str] = Field(
+        default_factory=list, description="TheRock's core-X.Y folders when several and no core link: version not read"
+    )
+
+    @property
+    def system_rocm_where(self) -> str:
+        """Where the version was read, or why it was not, in words for doctor and the findings."""
+        if self.system_rocm_file:
+            return f"/opt/rocm/{self.system_rocm_file}, {self.system_rocm_layout} layout"
+        if self.system_rocm_installs:
+            return (
+                f"TheRock layout with several installs ({', '.join(self.system_rocm_installs)}) and no "
+                "/opt/rocm/core link: version not read"
+            )
+        if self.system_rocm_layout == "unknown":
+            return "/opt/rocm holds neither .info/version nor TheRock's core-X.Y: version not read"
+        if self.system_rocm_layout == "absent":
+            return "no /opt/rocm"
+        return "/opt/rocm/.info/version" if self.system_rocm else "not read"
+
     hipcc: bool | None = Field(default=None, description="hipcc on PATH or in ROCM_HOME/bin")
     ninja: bool | None = Field(default=None, description="ninja on PATH (DeepSpeed: 'JIT compiled ops requires ninja')")
     rocm_home: bool | None = Field(default=None, description="torch.utils.cpp_extension.ROCM_HOME was found")
@@ -212,8 +255,8 @@ class Snapshot(BaseModel):
             if "iommu_pt" not in data:
                 data["iommu_pt"] = None if line is None else iommu_pt_in(str(line))
             data["schema_version"] = SNAPSHOT_SCHEMA_VERSION
-        if isinstance(data, dict) and isinstance(data.get("schema_version"), int) and data["schema_version"] == 2:
-            # 2 -> 3 added optional fields only: they load as unknown.
+        if isinstance(data, dict) and isinstance(data.get("schema_version"), int) and data["schema_version"] in (2, 3):
+            # 2 -> 3 -> 4 added optional fields only: they load as unknown.
             data = {**data, "schema_version": SNAPSHOT_SCHEMA_VERSION}
         return data
 

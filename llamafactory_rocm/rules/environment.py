@@ -75,34 +75,62 @@ def jit_ops(config: Mapping[str, Any]) -> list[str]:
     return []
 
 
+# HIP's version number follows the ROCm release's through ROCm 7.x (HIP 6.0 in ROCm 6.0.0; TheRock's ROCm
+# 7.13 torch reports HIP 7.13). Past 7 (TheRock's ROCm 10) the two may diverge and which HIP major ROCm 10
+# ships was not settled (docs/rocm-facts.md#n19): there a major is compared only where the answer holds
+# either way.
+LAST_MAJOR_NUMBERED_ALIKE = 7
+
+
+def hip_and_rocm_majors_differ(hip: str, system: str) -> bool | None:
+    """Whether torch's HIP and the system ROCm are different major releases; None where it cannot be told
+    (an unparsable version, or a ROCm past 7 beside a HIP of 7 or later but not the same major)."""
+    hip_major, rocm_major = version_tuple(hip)[0], version_tuple(system)[0]
+    if not hip_major or not rocm_major:
+        return None  # kernels.version reads text without a number as 0
+    if hip_major <= LAST_MAJOR_NUMBERED_ALIKE and rocm_major <= LAST_MAJOR_NUMBERED_ALIKE:
+        return hip_major != rocm_major
+    if hip_major == rocm_major:
+        return False
+    # HIP 7 first shipped in ROCm 7.0, so an older HIP is older than any ROCm past 7; a HIP past 7 is
+    # newer than any ROCm 7.x. Between (HIP 7 or 8 beside ROCm 10): not known.
+    if rocm_major > LAST_MAJOR_NUMBERED_ALIKE and hip_major < LAST_MAJOR_NUMBERED_ALIKE:
+        return True
+    if hip_major > LAST_MAJOR_NUMBERED_ALIKE and rocm_major <= LAST_MAJOR_NUMBERED_ALIKE:
+        return True
+    return None
+
+
 def rocm_version_mismatch(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
-    system = ctx.snapshot.host.system_rocm
+    host = ctx.snapshot.host
+    system = host.system_rocm
     hip = ctx.snapshot.torch.hip
     if not ctx.rocm or not system or not hip:
-        return unchanged(config, env)
-    torch_major, system_major = version_tuple(hip)[:1], version_tuple(system)[:1]
-    if not torch_major or not system_major or torch_major == system_major:
+        return unchanged(config, env)  # not read (unknown layout, several TheRock installs): nothing said
+    if not hip_and_rocm_majors_differ(hip, system):
         return unchanged(config, env)
     ops = jit_ops(config)
+    where = f"/opt/rocm/{host.system_rocm_file}" if host.system_rocm_file else "/opt/rocm/.info/version"
     consequence = (
         f"DeepSpeed will build {', '.join(ops)} against ROCm {system} and stop on its HIP version check"
         if ops
         else "any op built at launch (DeepSpeed, flash-attn, bitsandbytes from source) compiles against "
         "the wrong headers and runtime"
     )
+    torch_major = version_tuple(hip)[0]
     return unchanged(
         config,
         env,
         Finding(
             code="ROCM_VERSION_MISMATCH",
             level=Level.ERROR if ops else Level.WARNING,
-            key="/opt/rocm/.info/version",
+            key=where,
             old=system,
             new=hip,
             message=f"torch {ctx.snapshot.torch.version} is built for HIP {hip} but the system ROCm is "
-            f"{system} (/opt/rocm/.info/version), another major version: {consequence}.",
+            f"{system} ({where}), another major version: {consequence}.",
             fix=f"Install the torch wheel for ROCm {'.'.join(map(str, version_tuple(system)[:2]))}, or point "
-            f"ROCM_HOME at a ROCm {torch_major[0]}.x install, so the two agree.",
+            f"ROCM_HOME at a ROCm {torch_major}.x install, so the two agree.",
         ),
     )
 
