@@ -198,6 +198,24 @@ def entry_with_misspelt_key(case_dir: Path, config: dict[str, Any]) -> None:
     write_dataset(case_dir, config, qa_rows(40), entry={"formatting": "alpaca", "colums": ALPACA_COLUMNS})
 
 
+def sharegpt_entry_with_prompt(case_dir: Path, config: dict[str, Any]) -> None:
+    # a sharegpt entry that also maps alpaca's prompt column: the sharegpt converter never reads it
+    rows = [
+        {"instruction": r["instruction"], "conversations": [{"from": "human", "value": r["instruction"]},
+         {"from": "gpt", "value": r["output"]}]}
+        for r in qa_rows(40)
+    ]  # fmt: skip
+    entry = {"formatting": "sharegpt", "columns": {"messages": "conversations", "prompt": "instruction"}}
+    write_dataset(case_dir, config, rows, entry=entry)
+
+
+def alpaca_entry_with_messages(case_dir: Path, config: dict[str, Any]) -> None:
+    # an alpaca entry that also maps sharegpt's messages column: the alpaca converter never reads it
+    rows = [{**r, "conversations": [{"from": "human", "value": r["instruction"]}]} for r in qa_rows(40)]
+    entry = {"formatting": "alpaca", "columns": {**ALPACA_COLUMNS, "messages": "conversations"}}
+    write_dataset(case_dir, config, rows, entry=entry)
+
+
 def pairs(case_dir: Path, config: dict[str, Any]) -> None:
     """A preference dataset (ranking: true), as the DPO and RM workflows read it."""
     rows = [
@@ -1210,6 +1228,20 @@ CASES: tuple[Case, ...] = (
         "data",
         "an entry with `colums` (ignored; alpaca's defaults apply)",
         build=entry_with_misspelt_key,
+    ),
+    Case(
+        "data_entry_sharegpt_with_prompt",
+        "data",
+        "a sharegpt entry that also maps a prompt column (its converter ignores it)",
+        build=sharegpt_entry_with_prompt,
+        notes=frozenset({"DATASET_ENTRY_IGNORED"}),
+    ),
+    Case(
+        "data_entry_alpaca_with_messages",
+        "data",
+        "an alpaca entry that also maps a messages column (its converter ignores it)",
+        build=alpaca_entry_with_messages,
+        notes=frozenset({"DATASET_ENTRY_IGNORED"}),
     ),
     Case(
         "cross_neat_packing_rm_pairs",

@@ -109,6 +109,20 @@ def _invalid(name: str, message: str, fix: str) -> Finding:
 
 
 def _dataset_findings(name: str, report: DatasetReport, folder: Path) -> list[Finding]:
+    ignored = [
+        Finding(
+            code="DATASET_ENTRY_IGNORED",
+            level=Level.WARNING,
+            key="dataset",
+            message=f"dataset {name}: {what}.",
+            fix=f"Nothing has to change; remove or rename it in {folder / INFO_FILE} if it was meant to be read.",
+        )
+        for what in report.ignored
+    ]
+    return ignored + _verdict_findings(name, report, folder)
+
+
+def _verdict_findings(name: str, report: DatasetReport, folder: Path) -> list[Finding]:
     if report.remote:
         return [_info_finding("DATASET_REMOTE", f"dataset {name} comes from {report.source}")]
     command = f"llamafactory-rocm datasets validate {shlex.quote(name)} --dataset-dir {shlex.quote(str(folder))}"

@@ -52,6 +52,7 @@ class DatasetReport:
     bad_rows: list[RowIssue] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)  # what LLaMA-Factory ignores in the entry (entry.py)
     remote: bool = False  # no local file_name (a hub, a cloud file, a script): not checked
 
     @property
@@ -162,7 +163,7 @@ def validate_entry(
     except Exception as err:  # KeyError 'file_name' for an entry with no source, TypeError for a list, ...
         report.errors.append(_parser_stops(entry, err))
         return report
-    report.warnings += entry_warnings(entry, attr)
+    report.ignored = entry_warnings(entry, attr)
     from llamafactory.data.converter import DATASET_CONVERTERS
 
     if attr.formatting not in DATASET_CONVERTERS:  # get_dataset_converter's own test, before any row
