@@ -44,6 +44,8 @@ class ModelShape:
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any]) -> ModelShape:
+        if "hidden_size" not in cfg and isinstance(cfg.get("text_config"), Mapping):
+            cfg = cfg["text_config"]  # a vision-language config: the decoder's shape is nested
         heads = int(cfg["num_attention_heads"])
         hidden = int(cfg["hidden_size"])
         return cls(
@@ -225,14 +227,19 @@ class Estimate:
         return {**asdict(self), "total_gib": round(self.total_gib, 2)}
 
 
-def lora_parameters(shape: ModelShape, rank: int, targets: tuple[str, ...]) -> int:
-    linears = shape.linear_shapes()
-    per_layer = sum(rank * (linears[t][0] + linears[t][1]) for t in targets if t in linears)
-    return shape.layers * per_layer
+def _built_weights_and_state(built: ModelMemory, train: TrainingShape) -> tuple[float, int, float]:
+    """(weight bytes, trainable parameters, gradient + optimizer bytes) of the built model."""
+    weights = float(built.weight_bytes)
+    if train.quantization_bit:  # bitsandbytes stores the frozen nn.Linear weights in k bits (+~3% constants)
+        quantized = built.frozen_linear_parameters * train.quantization_bit / 8 * 1.03
+        weights += quantized - built.frozen_linear_bytes
+    per = built.optimizer_bytes_per_parameter
+    optimizer = built.trainable_parameters * (train.optimizer_bytes if per is None else per)
+    return weights, built.trainable_parameters, built.gradient_bytes + optimizer
 
 
-def estimate(shape: ModelShape, parameters: int, train: TrainingShape) -> Estimate:
-    tokens = train.batch * train.cutoff_len
+def _formula_weights_and_state(shape: ModelShape, parameters: int, train: TrainingShape) -> tuple[float, int, float]:
+    """(weight bytes, trainable parameters, trainable state bytes) from a dense Llama's shapes."""
     linear_total = shape.layers * shape.layer_linear_params()
     other = parameters - linear_total
     if train.quantization_bit:  # QLoRA: decoder linears quantised (+~3% for block constants)
@@ -248,7 +255,25 @@ def estimate(shape: ModelShape, parameters: int, train: TrainingShape) -> Estima
     else:  # full: bf16 weights are in `weights`; fp32 grads/master/optimizer in LLaMA-Factory's "18x"
         trainable = parameters
         per_param = 18 - train.weight_bytes
-    state = trainable * per_param
+    return weights, trainable, trainable * per_param
+
+
+def lora_parameters(shape: ModelShape, rank: int, targets: tuple[str, ...]) -> int:
+    linears = shape.linear_shapes()
+    per_layer = sum(rank * (linears[t][0] + linears[t][1]) for t in targets if t in linears)
+    return shape.layers * per_layer
+
+
+def estimate(shape: ModelShape, parameters: int, train: TrainingShape, built: ModelMemory | None = None) -> Estimate:
+    """``built``: the parameters of the model LLaMA-Factory built (the dry run's count); where given, weights
+    and trainable state are counted from it and ``parameters`` is not used; the formula below serves
+    where the model could not be built (planning without its files)."""
+    tokens = train.batch * train.cutoff_len
+    if built is not None:
+        weights, trainable, state = _built_weights_and_state(built, train)
+        parameters = built.parameters
+    else:
+        weights, trainable, state = _formula_weights_and_state(shape, parameters, train)
     if train.zero_stage >= 3:
         weights /= train.world_size
     if train.zero_stage >= 2 or (train.zero_stage == 1 and train.method != "lora"):
@@ -294,11 +319,108 @@ def largest_fitting_batch(
     budget_gib: float,
     world_size: int = 1,
     weight_bytes: int = 2,
+    built: ModelMemory | None = None,
 ) -> int | None:
     """The largest per_device_train_batch_size whose estimate fits ``budget_gib`` (None if even 1 does not)."""
     start = int(config.get("per_device_train_batch_size", field_default("per_device_train_batch_size")))
     for batch in range(start, 0, -1):
         train = TrainingShape.from_config({**config, "per_device_train_batch_size": batch}, world_size, weight_bytes)
-        if estimate(shape, parameters, train).total_gib <= budget_gib:
+        if estimate(shape, parameters, train, built).total_gib <= budget_gib:
             return batch
     return None
+
+
+# -- the model LLaMA-Factory builds --------------------------------------------------------------------
+@dataclass(frozen=True)
+class ModelMemory:
+    """What the parameters of the model LLaMA-Factory builds (``load_model`` + ``init_adapter``, on the meta
+    device in the dry run) take: counted on the module itself, in the dtype each parameter has there, so
+    every expert, vision tower, projector, value head and adapter is in, tied weights once."""
+
+    parameters: int
+    trainable_parameters: int
+    frozen_bytes: int
+    trainable_bytes: int
+    # frozen parameters of torch.nn.Linear modules other than the output embedding: what bitsandbytes
+    # quantizes for QLoRA (transformers' replace_with_bnb_linear swaps nn.Linear; lm_head is kept)
+    frozen_linear_parameters: int = 0
+    frozen_linear_bytes: int = 0
+    by_dtype: tuple[tuple[str, int], ...] = ()  # (dtype, bytes), largest first
+    # optimizer state bytes per trainable element, measured on the optimizer class the trainer builds
+    # (lf/dry_run.py trainer_setup); None where it could not be built here
+    optimizer_bytes_per_parameter: float | None = None
+    optimizer: str | None = None
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.frozen_bytes + self.trainable_bytes
+
+    @property
+    def gradient_bytes(self) -> int:
+        return self.trainable_bytes  # autograd keeps each .grad in its parameter's dtype
+
+
+def count_model(model: Any) -> ModelMemory:
+    """Count ``model``'s parameters (a torch module, meta tensors or real) by dtype, frozen and trainable."""
+    import torch
+
+    output = None
+    try:
+        output = model.get_output_embeddings()
+    except Exception:  # a wrapper without it (trl's value head keeps it on pretrained_model)
+        inner = getattr(model, "pretrained_model", None)
+        output = inner.get_output_embeddings() if hasattr(inner, "get_output_embeddings") else None
+    linear_weights: set[int] = set()
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear) and module is not output:
+            linear_weights.add(id(module.weight))
+    seen: set[int] = set()
+    parameters = trainable = frozen_bytes = trainable_bytes = frozen_linear = frozen_linear_bytes = 0
+    by_dtype: dict[str, int] = {}
+    for param in model.parameters():  # parameters() yields a tied tensor once; the id set keeps it so
+        if id(param) in seen:
+            continue
+        seen.add(id(param))
+        n, size = param.numel(), param.numel() * param.element_size()
+        parameters += n
+        dtype = str(param.dtype).removeprefix("torch.")
+        by_dtype[dtype] = by_dtype.get(dtype, 0) + size
+        if param.requires_grad:
+            trainable += n
+            trainable_bytes += size
+        else:
+            frozen_bytes += size
+            if id(param) in linear_weights:
+                frozen_linear += n
+                frozen_linear_bytes += size
+    return ModelMemory(
+        parameters=parameters,
+        trainable_parameters=trainable,
+        frozen_bytes=frozen_bytes,
+        trainable_bytes=trainable_bytes,
+        frozen_linear_parameters=frozen_linear,
+        frozen_linear_bytes=frozen_linear_bytes,
+        by_dtype=tuple(sorted(by_dtype.items(), key=lambda kv: -kv[1])),
+    )
+
+
+def optimizer_state_bytes(optimizer_cls: Any, kwargs: Mapping[str, Any]) -> float | None:
+    """Bytes of state per trainable fp32 element that ``optimizer_cls(params, **kwargs)`` keeps after a step,
+    measured on a stand-in parameter (torch builds the state on the first step). None where it cannot run
+    here (a GPU-only optimizer, one that needs its package)."""
+    import torch
+
+    elements = 4096
+    param = torch.nn.Parameter(torch.zeros(64, elements // 64))
+    param.grad = torch.full_like(param, 1e-3)
+    try:
+        optimizer = optimizer_cls([param], **kwargs)
+        optimizer.step()
+    except Exception:  # any refusal is the dry run's to report; here it only means "not measured"
+        return None
+    total = 0
+    for state in optimizer.state.values():
+        for value in state.values():
+            if isinstance(value, torch.Tensor) and value.numel() > 1:  # `step` counters are scalars
+                total += value.numel() * value.element_size()
+    return total / elements

@@ -15,7 +15,7 @@ differences, each chosen so that nothing heavy is loaded and nothing is written 
   own ``merge_dataset``/``split_dataset`` (datasets' ``interleave_datasets``/``train_test_split``) over
   index-only datasets of those sizes (docs/llamafactory-launch.md#d4).
 - The model is LLaMA-Factory's ``load_model`` itself, with its weight-loading call swapped for
-  ``from_config`` (its own ``train_from_scratch`` branch) under accelerate's ``init_empty_weights``: the
+  ``from_config`` (its own ``train_from_scratch`` branch) under torch's meta default device: the
   config is patched, the model patched, and ``init_adapter`` run on meta tensors, so module-name errors
   are LLaMA-Factory's or peft's own words (docs/llamafactory-launch.md#d5). Not run: quantization
   (the meta model is not quantized), the reference and reward models of dpo/kto/ppo.
@@ -34,6 +34,8 @@ This machine's packages are what is checked (an optimizer's or a reporter's opti
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import dis
 import io
 import json
 import math
@@ -46,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from ..findings import Finding, Level
+from ..memory import ModelMemory, count_model, optimizer_state_bytes
 from .stages import NoWorkflow, UnknownStage, adds_valuehead, data_stage, trainer_requirements
 from .text_only import text_only_llamafactory
 from .verdict import _quiet, _restored_environ
@@ -76,6 +79,9 @@ class DryRun:
     stage: str | None = None
     data_stage: str | None = None
     timings: dict[str, float] = field(default_factory=dict)  # seconds per step
+    # the parameters of the model load_model + init_adapter built (memory.count_model), with the optimizer
+    # state per trainable element once the trainer's optimizer class is known; None when not built
+    built: ModelMemory | None = None
 
     @property
     def ok(self) -> bool:
@@ -396,7 +402,7 @@ class _Launch:
 
     # -- 5. model on the meta device --------------------------------------------------------------
     def build_model(self) -> None:
-        import accelerate
+        import torch
         from llamafactory.model import load_model
 
         if self.tokenizer_module is None:
@@ -405,12 +411,13 @@ class _Launch:
         add_valuehead = adds_valuehead(self.run.stage)  # run_rm / run_ppo: load_model(..., add_valuehead=True)
         saved = self.model_args.train_from_scratch
         # loader.py load_model: `if model_args.train_from_scratch: model = load_class.from_config(config, ...)`
-        # else `load_class.from_pretrained(**init_kwargs)`: the one call that reads weights. With
-        # init_empty_weights every parameter is created on the meta device; the rest of load_model
-        # (patch_config, patch_model, init_adapter, the value head) runs as in the real run.
+        # else `load_class.from_pretrained(**init_kwargs)`: the one call that reads weights. Under torch's
+        # meta default device every tensor a constructor makes (nn.Parameter(torch.zeros(...)) in MoE
+        # experts included) is a meta tensor: nothing is allocated; the rest of load_model (patch_config,
+        # patch_model, init_adapter, the value head) runs as in the real run.
         self.model_args.train_from_scratch = True
         try:
-            with accelerate.init_empty_weights():
+            with torch.device("meta"):
                 self.model = load_model(
                     self.tokenizer_module["tokenizer"],
                     self.model_args,
@@ -420,7 +427,7 @@ class _Launch:
                 )
         except Exception as exc:
             text = _words(exc)
-            if "meta" in text.lower():  # a step that needs real weights (e.g. PiSSA's SVD): not a verdict
+            if _meta_limitation(exc):  # a step that needs real weights (e.g. PiSSA's SVD): not a verdict
                 self.run.skip("the model's adapter set-up", f"it needs real weights: {text}")
                 return
             self.run.error(
@@ -431,6 +438,8 @@ class _Launch:
             )
         finally:
             self.model_args.train_from_scratch = saved
+        if self.model is not None:
+            self.run.built = count_model(self.model)
         if self.model is not None and self.tokenized_max_id is not None:
             self.check_tokenized_ids()
 
@@ -597,6 +606,11 @@ class _Launch:
                 kwargs = {k: v for k, v in optimizer_kwargs.items() if k != "fused"}  # fused: device-specific
                 try:
                     optimizer = optimizer_cls([stand_in], **kwargs)
+                    if self.run.built is not None:  # the state it keeps per trainable element, for memory_fit
+                        per = optimizer_state_bytes(optimizer_cls, kwargs)
+                        self.run.built = dataclasses.replace(
+                            self.run.built, optimizer_bytes_per_parameter=per, optimizer=optimizer_cls.__name__
+                        )
                 except (TypeError, ValueError) as exc:
                     self.run.error(
                         code="OPTIMIZER_REFUSED",
@@ -878,6 +892,28 @@ def _max_token_id(saved: Any) -> int:
                 if len(column):
                     best = max(best, pc.max(column).as_py())
     return best
+
+
+def _meta_limitation(exc: BaseException) -> bool:
+    """Whether ``exc`` is the meta device's limit rather than a refusal, told by its type and where it was
+    raised, not its words: a NotImplementedError raised inside torch or by a native op (an op without a
+    Meta kernel, ``.tolist()``), or a RuntimeError raised by a native op rather than a ``raise`` statement
+    (``Tensor.item() cannot be called on meta tensors``). A refusal by LLaMA-Factory, transformers, peft or
+    the Hub (a missing adapter folder, a module name) is a ``raise`` in their own code."""
+    if not isinstance(exc, NotImplementedError | RuntimeError):
+        return False
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    code = tb.tb_frame.f_code
+    native = not any(i.offset == tb.tb_lasti and i.opname.startswith("RAISE") for i in dis.get_instructions(code))
+    if isinstance(exc, RuntimeError):
+        return native
+    import torch
+
+    return native or os.path.abspath(code.co_filename).startswith(os.path.dirname(torch.__file__) + os.sep)
 
 
 def _input_embeddings(model: Any) -> Any:

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..findings import Finding
 from ..machine.catalogue import ArchInfo, Catalogue
 from ..machine.snapshot import Device, Snapshot
+
+if TYPE_CHECKING:
+    from ..memory import ModelMemory
 
 Config = dict[str, Any]
 Env = dict[str, str]
@@ -53,6 +56,9 @@ class Context:
     # integrated devices (an iGPU beside a discrete card) that Snapshot.training_view() set aside: the
     # snapshot above is then the view, and rules/visibility.py says how to hide them (docs/rocm-facts.md#n10)
     integrated_devices: tuple[Device, ...] = ()
+    # the parameters of the model LLaMA-Factory built in the dry run (lf/dry_run.py DryRun.built, a
+    # memory.ModelMemory): the memory estimate counts them; None before the dry run or where it built none
+    built_model: ModelMemory | None = None
 
     @property
     def planned(self) -> bool:

@@ -49,10 +49,11 @@ def memory_fit(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) 
     if ctx.model_config is None or not ctx.snapshot.devices or ctx.snapshot.torch.kind == "cpu":
         return unchanged(config, env)
     world = world_size(config, env, ctx)  # NNODES x NPROC_PER_NODE: ZeRO/FSDP shard over every rank
+    built = ctx.built_model  # the dry run's count of the model LLaMA-Factory built; else the dense formula
     try:
         shape, parameters = shape_and_count(ctx.model_config)
         weight_bytes = checkpoint_weight_bytes(ctx.model_config)  # LLaMA-Factory loads the checkpoint's dtype
-        est = estimate(shape, parameters, TrainingShape.from_config(config, world, weight_bytes))
+        est = estimate(shape, parameters, TrainingShape.from_config(config, world, weight_bytes), built)
     except UNESTIMABLE:  # a value that is not a number: LLaMA-Factory's parser refuses it, with the key
         return unchanged(config, env)
     smallest = min(ctx.snapshot.devices, key=lambda d: device_budget(d)[0])
@@ -81,7 +82,7 @@ def memory_fit(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) 
             ),
             *starved,
         )
-    batch = largest_fitting_batch(shape, parameters, config, budget, world, weight_bytes)
+    batch = largest_fitting_batch(shape, parameters, config, budget, world, weight_bytes, built)
     current = int(lf_value(config, "per_device_train_batch_size", 8))
     if batch is not None and batch < current:
         fix = f"Set per_device_train_batch_size: {batch} (raise gradient_accumulation_steps to keep the batch)."

@@ -1,0 +1,145 @@
+"""``llamafactory-rocm check --gpu <gpu>`` of MoE and vision-language shapes: time, peak memory, and the
+weights it reports against the model transformers builds on the meta device from the same config.json.
+
+Each shape in llamafactory_rocm/models/ named below is written as a model folder (its config.json and the
+tiny tokenizer, no weights) and checked with a LoRA SFT config (lora_target all, batch 1, cutoff_len 1024).
+Each check runs under ``/usr/bin/time -v`` (wall seconds, maximum resident set size), ``--runs`` times
+(median). The oracle for the weights is ``sum(p.numel() * p.element_size())`` over transformers'
+``AutoModelForCausalLM`` / ``AutoModelForImageTextToText.from_config(config)`` under ``torch.device("meta")``.
+
+    python bench/bench_memory_build.py [--runs 3] [--gpu mi300x] [--pythonpath OLD_PACKAGE_COPY]
+
+``--pythonpath`` puts another copy of the package first (the "before" of a change).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+from _util import machine, median
+
+from llamafactory_rocm.demo.tiny import build_tiny_model, texts_from_dataset
+from llamafactory_rocm.resources import datasets_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+SHAPES = (
+    "qwen3_30b_a3b",
+    "qwen3_moe_defaults",
+    "mixtral_defaults",
+    "llama4_defaults",
+    "qwen2_5_vl_defaults",
+    "gemma3_defaults",
+    "deepseek_v3_defaults",
+    "qwen3_defaults",
+)
+GIB = 2**30
+
+
+def shape_folder(name: str, tokenizer_from: Path, into: Path) -> Path:
+    """A model folder: the shape's config.json and the tiny tokenizer's files, no weights."""
+    shape = json.loads((ROOT / "llamafactory_rocm" / "models" / f"{name}.json").read_text())["config"]
+    folder = into / name
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(shape))
+    for file in ("tokenizer.json", "tokenizer_config.json"):
+        (folder / file).write_bytes((tokenizer_from / file).read_bytes())
+    return folder
+
+
+def meta_weight_bytes(folder: Path) -> int:
+    """The oracle: transformers' own model class for the config, built on the meta device."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
+
+    config = AutoConfig.from_pretrained(folder)
+    auto = AutoModelForImageTextToText if type(config) in AutoModelForImageTextToText._model_mapping else None
+    with torch.device("meta"):
+        model = (auto or AutoModelForCausalLM).from_config(config)
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def lora_config(folder: Path, out: Path) -> dict:
+    return {
+        "stage": "sft",
+        "do_train": True,
+        "model_name_or_path": str(folder),
+        "finetuning_type": "lora",
+        "lora_target": "all",
+        "dataset": "amd_finetune_qa",
+        "dataset_dir": str(datasets_dir()),
+        "template": "default",
+        "cutoff_len": 1024,
+        "per_device_train_batch_size": 1,
+        "output_dir": str(out),
+        "bf16": True,
+    }
+
+
+def check(config_path: Path, gpu: str, pythonpath: str | None) -> tuple[float, float, dict]:
+    # run in the config's folder: `python -m` puts the working directory first on sys.path, before PYTHONPATH
+    """(wall seconds, max RSS in GB, the --json report) of one check under /usr/bin/time -v."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
+    cmd = ["/usr/bin/time", "-v", sys.executable, "-m", "llamafactory_rocm.cli.main", "check", str(config_path)]
+    proc = subprocess.run(
+        [*cmd, "--gpu", gpu, "--json"], env=env, capture_output=True, text=True, cwd=config_path.parent
+    )
+    wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (?:(\d+):)?(\d+):([\d.]+)", proc.stderr)
+    rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr)
+    if wall is None or rss is None:
+        raise SystemExit(f"no timing from /usr/bin/time:\n{proc.stderr[-2000:]}")
+    seconds = int(wall[1] or 0) * 3600 + int(wall[2]) * 60 + float(wall[3])
+    try:
+        report = json.loads(proc.stdout)
+    except ValueError:
+        report = {}
+    return seconds, int(rss[1]) * 1024 / 1e9, report
+
+
+def reported_weights(report: dict) -> float | None:
+    for finding in report.get("findings", []):
+        if finding.get("code", "").startswith("MEMORY_"):
+            found = re.search(r"weights ([\d.]+)", finding.get("message", ""))
+            if found:
+                return float(found[1])
+    return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--gpu", default="mi300x")
+    parser.add_argument("--pythonpath", default=None)
+    parser.add_argument("--shapes", default=",".join(SHAPES))
+    args = parser.parse_args()
+    print(f"# check --gpu {args.gpu}, median of {args.runs}, {machine()}")
+    print("| shape | meta model weights GiB | check says GiB | wall s | max RSS GB | ready |")
+    print("|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:
+        work = Path(tmp)
+        tiny = build_tiny_model(work / "tiny", texts_from_dataset(datasets_dir() / "amd_finetune_qa.json"))
+        for name in args.shapes.split(","):
+            folder = shape_folder(name, tiny, work / "shapes")
+            config_path = work / f"{name}.yaml"
+            config_path.write_text(yaml.safe_dump(lora_config(folder, work / "out" / name)))
+            oracle = meta_weight_bytes(folder) / GIB
+            runs = [check(config_path, args.gpu, args.pythonpath) for _ in range(args.runs)]
+            wall = median([r[0] for r in runs])
+            rss = median([r[1] for r in runs])
+            said = reported_weights(runs[-1][2])
+            ok = runs[-1][2].get("ok")
+            said_text = "none" if said is None else f"{said:.1f}"
+            print(f"| {name} | {oracle:.1f} | {said_text} | {wall:.1f} | {rss:.2f} | {ok} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
