@@ -123,3 +123,53 @@ def test_apus_are_marked_integrated_with_unified_memory():
         product, _ = cat.gpu(alias)
         assert not product.integrated and not product.unified_memory, alias
     assert cat.gpu("r9700")[0].vram_gib == 32 and cat.gpu("mi355x")[0].vram_gib == 288
+
+
+def _facts_section(anchor: str) -> str:
+    """The text of one ``### <ANCHOR>`` entry of docs/rocm-facts.md."""
+    text = (SNAPSHOTS_DIR.parents[1] / "docs" / "rocm-facts.md").read_text(encoding="utf-8")
+    start = text.index(f"\n### {anchor.upper()}\n")
+    end = text.find("\n### ", start + 1)
+    return text[start : end if end > 0 else len(text)]
+
+
+# The arch facts rules read from the catalogue instead of holding literals (issue 31), each as the docs
+# entry cited in its source states it.
+RULE_FACTS = {
+    "hip_page_faults": {"gfx1200": "lora_backward_gemm", "gfx1201": "lora_backward_gemm", "gfx1151": "memory_access"},
+    "hip_page_faults_from_rocm": {"gfx1200": "7.2", "gfx1201": "7.2"},
+    "fp16_failure": {"gfx90a": "silent_divergence", **dict.fromkeys(
+        ("gfx1100", "gfx1101", "gfx1102", "gfx1103", "gfx1150", "gfx1151"), "nan")},
+    "bf16_divergence_report": {"gfx942": "bf16 grad_norm blow-ups on MI300: hiyouga/LLaMA-Factory#7890"},
+    "successor": {"gfx940": "gfx942", "gfx941": "gfx942"},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("field", sorted(RULE_FACTS))
+def test_the_rules_arch_facts_are_the_catalogues_and_the_docs(field):
+    cat = load_catalogue()
+    assert {a: getattr(i, field) for a, i in cat.archs.items() if getattr(i, field) is not None} == RULE_FACTS[field]
+    for arch, info in cat.archs.items():
+        if getattr(info, field) is None:
+            continue
+        anchor = info.sources[field].split("#")[1].split()[0]
+        section = _facts_section(anchor)
+        # The cited entry names the arch, or the report the fact quotes, or (the gfx11 family's fp16 NaN)
+        # the RX 7900 XTX it was seen on.
+        value = str(getattr(info, field))
+        said = arch in section or value.rpartition(": ")[2] in section
+        said = said or (field == "fp16_failure" and value == "nan" and "RX 7900 XTX" in section)
+        assert said, (arch, field, anchor)
+        if field == "hip_page_faults_from_rocm":
+            assert f"used from ROCm {info.hip_page_faults_from_rocm}" in section
+
+
+def test_the_rules_read_those_facts():
+    from llamafactory_rocm.rules.precision import fp16_risk
+    from llamafactory_rocm.train.guard import likely_cause
+
+    cat = load_catalogue()
+    assert fp16_risk(["gfx1100", "gfx90a"], cat).startswith("diverges silently on gfx90a")
+    assert "RDNA3" in fp16_risk(["gfx1151"], cat) and "RDNA3" not in fp16_risk(["gfx942"], cat)
+    assert "LLaMA-Factory#7890" in likely_cause(load_snapshot("mi300x"), "bf16", 1e-4)
+    assert "#7890" not in likely_cause(load_snapshot("mi250x"), "bf16", 1e-4)

@@ -225,3 +225,11 @@ def test_strix_halo_shows_unified_memory_and_the_page_fault_topic():
 def test_an_override_on_a_natively_supported_card_is_a_warning_topic():
     (line,) = lines_by_topic("rx7800xt_override")["HSA_OVERRIDE_GFX_VERSION"]
     assert line.status == WARN and line.code == "HSA_OVERRIDE_NOT_NEEDED"
+
+
+def test_bitsandbytes_floor_is_each_archs_catalogue_entry():
+    snap = load_snapshot("rx7900xtx")
+    snap = snap.model_copy(update={"packages": {**snap.packages, "bitsandbytes": "0.48.2"}})
+    (line,) = [ln for ln in diagnose(snap) if ln.topic == "bitsandbytes"]
+    assert line.status == WARN and "no QLoRA kernels for gfx1100" in line.detail
+    assert "gfx1100: >= 0.49" in line.fix  # archs.json bitsandbytes_min_version (docs/rocm-facts.md#f9)

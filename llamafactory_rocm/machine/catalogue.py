@@ -11,6 +11,7 @@ import json
 import re
 from functools import lru_cache
 from importlib import resources
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -68,6 +69,21 @@ class ArchInfo(BaseModel):
     in_official_torch_wheels: bool
     officially_supported_rocm: bool
     retired: bool = False
+    successor: str | None = Field(default=None, description="the target a retired one's GPUs are (gfx940 -> gfx942)")
+    hip_page_faults: Literal["lora_backward_gemm", "memory_access"] | None = Field(
+        default=None,
+        description="reported GPU page faults: in LoRA's backward GEMMs (hipBLASLt) or memory access faults "
+        "at load / first tensor; PYTORCH_NO_HIP_MEMORY_CACHING=1 is the reported workaround",
+    )
+    hip_page_faults_from_rocm: str | None = Field(
+        default=None, description="the first ROCm whose code path faults (earlier ones do not)"
+    )
+    fp16_failure: Literal["silent_divergence", "nan"] | None = Field(
+        default=None, description="how fp16 training is reported to fail here, where a report exists"
+    )
+    bf16_divergence_report: str | None = Field(
+        default=None, description="a reported bf16 divergence here, named when a run stops on a non-finite loss"
+    )
     gfx_target_version: int | None = Field(description="KFD sysfs value for this target")
     notes: list[str] = []
     sources: dict[str, str] = Field(description="fact name -> where it was read")
@@ -79,6 +95,10 @@ class ArchInfo(BaseModel):
             "hipblaslt", "flash_attention", "bitsandbytes_min_version", "hsa_override",
             "in_official_torch_wheels", "officially_supported_rocm", "gfx_target_version",
         }  # fmt: skip
+        optional = (
+            "successor", "hip_page_faults", "hip_page_faults_from_rocm", "fp16_failure", "bf16_divergence_report",
+        )  # fmt: skip
+        facts |= {name for name in optional if getattr(self, name) is not None}
         missing = sorted(facts - set(self.sources))
         if missing:
             raise ValueError(f"{self.target}: no source for {', '.join(missing)}")

@@ -141,7 +141,9 @@ def package_lines(snap: Snapshot, ctx: Context) -> list[Line]:
     else:
         short = [a for a, need in needs if need is None or version_tuple(bnb) < version_tuple(need)]
         status = WARN if short else PASS
-        fix = "QLoRA needs bitsandbytes >= 0.49 (gfx1102: 0.50) with ROCm kernels for the arch." if short else ""
+        # Each arch's floor is the catalogue's bitsandbytes_min_version (docs/rocm-facts.md#f9).
+        floors = [f"{a}: >= {need}" if need else f"{a}: no ROCm build" for a, need in needs if a in short]
+        fix = f"QLoRA needs bitsandbytes with ROCm kernels for the arch ({'; '.join(floors)})." if short else ""
         lines.append(
             Line(
                 status, "bitsandbytes", f"{bnb}" + (f": no QLoRA kernels for {', '.join(short)}" if short else ""), fix

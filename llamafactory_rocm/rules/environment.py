@@ -14,7 +14,6 @@ from .base import Context, Step, lf_value, truthy, unchanged
 from .kernels import version_tuple
 from .world import deepspeed_json
 
-PAGE_FAULT_ARCHS = ("gfx1200", "gfx1201", "gfx1151")
 NO_CACHING = "PYTORCH_NO_HIP_MEMORY_CACHING"
 
 
@@ -24,24 +23,28 @@ def _adapter_training(config: Mapping[str, Any]) -> bool:
 
 
 def page_fault_workaround(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
-    archs = [a for a in ctx.snapshot.gpu_base_archs if a in PAGE_FAULT_ARCHS]
-    if not ctx.rocm or not archs or env.get(NO_CACHING) == "1" or not _adapter_training(config):
+    # The archs and the first ROCm that faults are the catalogue's hip_page_faults facts (N7, N8).
+    faults = {arch: info for arch, info in ctx.arch_infos() if info is not None and info.hip_page_faults}
+    if not ctx.rocm or not faults or env.get(NO_CACHING) == "1" or not _adapter_training(config):
         return unchanged(config, env)
+    gemm = [arch for arch, info in faults.items() if info.hip_page_faults == "lora_backward_gemm"]
+    access = [arch for arch, info in faults.items() if info.hip_page_faults == "memory_access"]
     hip = version_tuple(ctx.snapshot.torch.hip or "")
-    rdna4 = [a for a in archs if a.startswith("gfx120")]
-    if rdna4 and hip and hip < (7, 2) and "gfx1151" not in archs:
-        return unchanged(config, env)  # the faulting hipBLASLt load is used from ROCm 7.2 (N7)
+    first = [version_tuple(faults[arch].hip_page_faults_from_rocm or "0") for arch in gemm]
+    if gemm and not access and hip and all(hip < since for since in first):
+        return unchanged(config, env)  # the faulting hipBLASLt load is used from that ROCm on (N7)
     what = []
-    if rdna4:
+    if gemm:
+        since = faults[gemm[0]].hip_page_faults_from_rocm or "?"
         what.append(
-            f"{'/'.join(rdna4)}: deterministic [gfxhub] page faults in LoRA's backward GEMMs on ROCm 7.2 and "
+            f"{'/'.join(gemm)}: deterministic [gfxhub] page faults in LoRA's backward GEMMs on ROCm {since} and "
             "later (hipBLASLt reading past a narrow operand; fixed in ROCm/rocm-libraries PR #8909, release "
             f"unsettled), avoided with {NO_CACHING}=1 (ROCm/legacy-rocm-build#6647, #6600)"
         )
-    if "gfx1151" in archs:
+    if access:
         what.append(
-            "gfx1151 (Strix Halo): memory access faults are reported at model load and on the first tensor "
-            f"(ROCm/legacy-rocm-build#6182, #5824); whether {NO_CACHING}=1 helps there is not established"
+            f"{'/'.join(access)} (Strix Halo): memory access faults are reported at model load and on the first "
+            f"tensor (ROCm/legacy-rocm-build#6182, #5824); whether {NO_CACHING}=1 helps there is not established"
         )
     return unchanged(
         config,
@@ -54,7 +57,7 @@ def page_fault_workaround(config: Mapping[str, Any], env: Mapping[str, str], ctx
             message="; ".join(what) + ".",
             fix=f"export {NO_CACHING}=1 if the run stops with a page fault or 'Memory access fault by GPU' "
             "(PyTorch's caching allocator is then off: slower, every allocation goes to the driver)"
-            + ("; a ROCm release carrying the hipBLASLt fix removes the need." if rdna4 else "."),
+            + ("; a ROCm release carrying the hipBLASLt fix removes the need." if gemm else "."),
         ),
     )
 

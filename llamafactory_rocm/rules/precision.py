@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..findings import Finding, Level
+from ..machine.catalogue import Catalogue
 from .base import Context, Step, truthy, unchanged
 
 
@@ -38,11 +39,16 @@ def _bf16_verdict(ctx: Context) -> tuple[str, str]:
     return worst, why
 
 
-def fp16_risk(archs: list[str]) -> str:
-    """The recorded fp16 failure for these archs (docs/rocm-facts.md#f5)."""
-    if "gfx90a" in archs:
-        return "diverges silently on gfx90a (denormal flush; hipBLASLt skips the fp16 backward fix, pytorch#182952)"
-    if any(a.startswith("gfx11") for a in archs):
+def fp16_risk(archs: list[str], catalogue: Catalogue) -> str:
+    """The recorded fp16 failure for these archs, from the catalogue's ``fp16_failure`` (docs/rocm-facts.md#f5);
+    a silent divergence is named before NaN losses."""
+    failures = {arch: info.fp16_failure for arch in archs if (info := catalogue.arch(arch)) is not None}
+    silent = [arch for arch, failure in failures.items() if failure == "silent_divergence"]
+    if silent:
+        return (
+            f"diverges silently on {silent[0]} (denormal flush; hipBLASLt skips the fp16 backward fix, pytorch#182952)"
+        )
+    if "nan" in failures.values():
         return "gives NaN losses on RDNA3 (jax-ml/jax#21187)"
     return "overflows to NaN where the loss scale cannot keep up"
 
@@ -88,7 +94,7 @@ def prefer_bf16(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context)
                     key="fp16",
                     old={"fp16": config.get("fp16"), "bf16": config.get("bf16")},
                     new={"fp16": False, "bf16": True},
-                    message=f"fp16 training on ROCm {fp16_risk(archs)}, while bf16, which "
+                    message=f"fp16 training on ROCm {fp16_risk(archs, ctx.catalogue)}, while bf16, which "
                     f"{'/'.join(archs)} runs on its matrix units, converges.",
                     fix="Rewrote to bf16: true, fp16: false.",
                 )

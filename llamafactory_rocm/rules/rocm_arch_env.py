@@ -216,7 +216,9 @@ def _retired(value: str, good: list[str], ctx: Context) -> list[Finding]:
     hip = ctx.snapshot.torch.hip or ""
     # ROCm 7.0's compilers refuse them; older ones build code no shipping GPU runs.
     refused = bool(hip) and version_tuple(hip) >= (7, 0)
-    kept = [t for t in good if t not in retired] or ["gfx942"]
+    # Their GPUs are the catalogue's successor target (docs/rocm-facts.md#p3).
+    successors = [s for t in retired if (s := _successor(t, ctx.catalogue))]
+    kept = [t for t in good if t not in retired] or successors
     return [
         Finding(
             code="ROCM_ARCH_RETIRED",
@@ -226,7 +228,16 @@ def _retired(value: str, good: list[str], ctx: Context) -> list[Finding]:
             new=";".join(dict.fromkeys(kept)),
             message=f"{VAR}={value} lists {', '.join(retired)}, pre-production MI300 targets removed from LLVM "
             "and ROCm 7.0"
-            + (f": ROCm {hip}'s compiler refuses them." if refused else "; no shipping GPU is one (MI300X is gfx942)."),
+            + (
+                f": ROCm {hip}'s compiler refuses them."
+                if refused
+                else f"; no shipping GPU is one (their GPUs are {', '.join(dict.fromkeys(successors))})."
+            ),
             fix=f"export {VAR}={';'.join(dict.fromkeys(kept))}",
         )
     ]
+
+
+def _successor(target: str, catalogue: Catalogue) -> str | None:
+    info = catalogue.arch(target)
+    return info.successor if info is not None else None

@@ -14,6 +14,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from ..errors import EXIT_DIVERGED
+from ..machine.catalogue import load_catalogue
 from ..machine.snapshot import Snapshot
 
 
@@ -27,8 +28,10 @@ def likely_cause(snapshot: Snapshot, precision: str, learning_rate: float | None
     lr = f"learning_rate {learning_rate:g}" if learning_rate is not None else "the learning rate"
     if snapshot.is_rocm and precision == "fp16":
         return f"fp16 on ROCm overflows (use bf16), or {lr} is too high"
-    if snapshot.is_rocm and "gfx942" in snapshot.gpu_base_archs:
-        return f"{lr} is too high (bf16 grad_norm blow-ups on MI300: hiyouga/LLaMA-Factory#7890)"
+    reports = [info.bf16_divergence_report for arch in snapshot.gpu_base_archs if (info := load_catalogue().arch(arch))]
+    report = next((text for text in reports if text), None)
+    if snapshot.is_rocm and report:  # the catalogue's bf16_divergence_report (docs/rocm-facts.md#f5)
+        return f"{lr} is too high ({report})"
     return f"{lr} is too high, or the data has a broken row"
 
 
