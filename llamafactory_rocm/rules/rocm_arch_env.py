@@ -35,7 +35,7 @@ def torch_rocm_archs(value: str | None) -> list[str] | None:
     """The entries torch makes of PYTORCH_ROCM_ARCH, one ``--offload-arch=<entry>`` each; None where
     torch reads the variable as unset (absent or empty) and takes the visible GPUs' archs.
 
-    torch/utils/cpp_extension.py ``_get_rocm_arch_flags`` (torch 2.13): ``if not _archs:`` (the
+    torch/utils/cpp_extension.py ``_get_rocm_arch_flags`` (lines 2765-2788 in torch 2.13.0): ``if not _archs:`` (the
     visible cards) ``else: archs = _archs.replace(' ', ';')``, then ``archs.split(';')``. Only a
     space separates besides ';' (a tab does not), and a doubled, leading or trailing separator
     gives an empty entry. Mirrored, not called: it reads os.environ and, unset, initialises the GPUs;
