@@ -196,3 +196,15 @@ def test_retired_targets_are_an_error_where_the_compiler_refuses_them():
 def test_only_a_retired_target_also_misses_the_gpu():
     step = check_pytorch_rocm_arch({}, {"PYTORCH_ROCM_ARCH": "gfx941"}, make_ctx("mi300x"))
     assert [f.code for f in step.findings] == ["ROCM_ARCH_RETIRED", "ROCM_ARCH_MISSES_DEVICE"]
+
+
+def test_a_plan_sets_it_since_the_targets_torch_is_not_known():
+    from dataclasses import replace
+
+    from llamafactory_rocm.check.target import Target, planned_snapshot
+
+    planned = planned_snapshot(Target(arch="gfx942", alias="mi300x", named_by="--gpu"), {})
+    step = check_pytorch_rocm_arch({}, {}, replace(make_ctx("mi300x"), snapshot=planned))
+    (finding,) = step.findings
+    assert finding.code == "ROCM_ARCH_SET" and step.env["PYTORCH_ROCM_ARCH"] == "gfx942"
+    assert "a torch before 2.12 (the target's torch is not known here)" in finding.message

@@ -117,11 +117,11 @@ def check_pytorch_rocm_arch(config: Mapping[str, Any], env: Mapping[str, str], c
         built = ctx.snapshot.torch.base_arch_list
         new_env = dict(env)
         new_env[VAR] = ";".join(devices)
-        what = (
-            f"every arch torch was built for ({len(built)}: {', '.join(built)})"
-            if built
-            else ("every arch torch was built for")
-        )
+        what = "every arch torch was built for" + (f" ({len(built)}: {', '.join(built)})" if built else "")
+        since = ".".join(map(str, VISIBLE_GPUS_DEFAULT_SINCE))
+        # A plan's torch is not known (version 'planned+rocm'): say what a torch before 2.12 would do.
+        known = bool(torch_version) and version_tuple(torch_version or "")[0] > 0
+        which = f"torch {torch_version}" if known else f"a torch before {since} (the target's torch is not known here)"
         return Step(
             dict(config),
             new_env,
@@ -133,9 +133,9 @@ def check_pytorch_rocm_arch(config: Mapping[str, Any], env: Mapping[str, str], c
                     old=value,
                     new=new_env[VAR],
                     message=f"{VAR} was {'empty' if value == '' else 'unset'}, so extensions built at launch "
-                    f"(DeepSpeed ops) would compile with torch {torch_version} for {what}.",
+                    f"(DeepSpeed ops) would compile with {which} for {what}.",
                     fix=f"Set {VAR}={new_env[VAR]} for this run, the arch of the GPUs present (what torch "
-                    f"{'.'.join(map(str, VISIBLE_GPUS_DEFAULT_SINCE))} and later choose by themselves).",
+                    f"{since} and later choose by themselves).",
                 )
             ],
         )
