@@ -173,3 +173,17 @@ def test_the_rules_read_those_facts():
     assert "RDNA3" in fp16_risk(["gfx1151"], cat) and "RDNA3" not in fp16_risk(["gfx942"], cat)
     assert "LLaMA-Factory#7890" in likely_cause(load_snapshot("mi300x"), "bf16", 1e-4)
     assert "#7890" not in likely_cause(load_snapshot("mi250x"), "bf16", 1e-4)
+
+
+def test_overrides_in_the_wild_are_the_docs_and_stay_in_their_family():
+    from llamafactory_rocm.rules.torch_build import override_target
+
+    cat = load_catalogue()
+    section = _facts_section(cat.hsa_overrides_in_the_wild_source.split("#")[1].split()[0])
+    assert cat.hsa_overrides_in_the_wild
+    for override in cat.hsa_overrides_in_the_wild:
+        assert f"{'/'.join(override.targets)} ->" in section and override.value in section
+        sibling = cat.arch(override_target(override.value))
+        for target in override.targets:
+            info = cat.arch(target)
+            assert info is None or info.family == sibling.family, (target, override.value)

@@ -105,12 +105,23 @@ class ArchInfo(BaseModel):
         return self
 
 
+class HsaOverride(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    targets: list[str] = Field(description="targets, some outside the catalogue (gfx1031), that users override")
+    value: str = Field(description="the HSA_OVERRIDE_GFX_VERSION they set, a sibling in their family")
+
+
 class Catalogue(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     schema_version: int
     official_torch_wheel_archs: list[str]
     official_torch_wheel_archs_source: str
+    hsa_overrides_in_the_wild: list[HsaOverride] = Field(
+        description="HSA_OVERRIDE_GFX_VERSION values reported to work within a family, the examples a fix gives"
+    )
+    hsa_overrides_in_the_wild_source: str
     archs: dict[str, ArchInfo]
 
     def arch(self, target: str) -> ArchInfo | None:

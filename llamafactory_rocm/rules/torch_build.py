@@ -112,6 +112,11 @@ def family_of(target: str, ctx: Context) -> str:
     return info.family if info else f"{target[:-1]}x"
 
 
+def _override_examples(ctx: Context) -> str:
+    """``gfx1101/gfx1102 -> 11.0.0, ...``: the catalogue's overrides used in the wild (docs/rocm-facts.md#f2)."""
+    return ", ".join(f"{'/'.join(o.targets)} -> {o.value}" for o in ctx.catalogue.hsa_overrides_in_the_wild)
+
+
 def check_hsa_override(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     value = env.get("HSA_OVERRIDE_GFX_VERSION")
     if not value or not (ctx.rocm or ctx.snapshot.kfd_targets):
@@ -142,8 +147,7 @@ def check_hsa_override(config: Mapping[str, Any], env: Mapping[str, str], ctx: C
                     old=value,
                     message=f"HSA_OVERRIDE_GFX_VERSION={value} makes {target} run {spoofed} kernels, "
                     "another family: expect HSA_STATUS_ERROR_INVALID_ISA.",
-                    fix="Unset it, or override only within the family "
-                    "(gfx1101/gfx1102 -> 11.0.0, gfx1031/gfx1032 -> 10.3.0).",
+                    fix=f"Unset it, or override only within the family ({_override_examples(ctx)}).",
                 )
             )
         elif target != spoofed and target in ctx.snapshot.torch.base_arch_list:
