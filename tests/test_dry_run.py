@@ -1,5 +1,5 @@
 """LLaMA-Factory's launch run dry (lf/dry_run.py): each refusal has the library's own words, and each
-oracle is the library's own answer: stock ``run_exp`` with the hook off (one subprocess for three cases),
+oracle is the library's own answer: stock ``run_exp`` with the hook off (one subprocess for five cases),
 or the very LLaMA-Factory / transformers / torch / datasets call the real run makes, on real weights."""
 
 from __future__ import annotations
@@ -182,6 +182,9 @@ json.dump(results, open(sys.argv[2], "w"))
 """
 
 
+META_ADAPTER = "saves/meta-llama-lora-run1"  # relative: missing in the stock run's folder and here
+
+
 @pytest.fixture(scope="module")
 def stock(tiny_model, data, tmp_path_factory) -> tuple[dict[str, str], Path]:
     """(stock LLaMA-Factory's last error per case, the output_dir holding a rank-8 checkpoint-1)."""
@@ -192,6 +195,11 @@ def stock(tiny_model, data, tmp_path_factory) -> tuple[dict[str, str], Path]:
         ("rank16", config(tiny_model, work, data, output_dir=str(resumed), lora_rank=16, max_steps=2)),
         ("c_attn", config(tiny_model, work, data, output_dir=str(work / "c"), lora_target="c_attn", max_steps=1)),
         ("dpo_sft", config(tiny_model, work, data, output_dir=str(work / "d"), stage="dpo", max_steps=1)),
+        # an adapter folder that does not exist, with "meta" in its name (issue 31: not a meta-device limit)
+        (
+            "meta_adapter",
+            config(tiny_model, work, data, output_dir=str(work / "m"), max_steps=1, adapter_name_or_path=META_ADAPTER),
+        ),
     ]
     for _, case in cases:
         case["cache_dir"] = str(work / "cache")
@@ -226,6 +234,42 @@ def test_dpo_on_an_sft_dataset_is_refused_as_stock_llamafactory_refuses(stock, t
     words = "The dataset is not applicable in the current training stage."
     assert words in results["dpo_sft"]
     assert words in errors(dry_launch(config(tiny_model, tmp_path, data, stage="dpo")))["DATA_PIPELINE_REFUSED"]
+
+
+def test_a_missing_adapter_named_meta_is_refused_as_stock_llamafactory_refuses(stock, tiny_model, tmp_path, data):
+    results, _ = stock
+    assert results["meta_adapter"] != "trained"
+    run = dry_launch(config(tiny_model, tmp_path, data, adapter_name_or_path=META_ADAPTER))
+    refused = errors(run)["MODEL_MODULES_REFUSED"]
+    assert "adapter_config.json" in results["meta_adapter"] and "adapter_config.json" in refused
+    assert not run.not_checked
+
+
+def test_the_meta_devices_limits_are_told_from_refusals_by_where_they_are_raised():
+    """torch's own refusals on meta tensors (no data to read) are limits of the dry run; an exception a
+    library raises itself is a refusal, whatever its words."""
+    import torch
+
+    from llamafactory_rocm.lf.dry_run import _meta_limitation
+
+    meta = torch.empty(3, device="meta")
+
+    def caught(action) -> BaseException:
+        try:
+            action()
+        except Exception as exc:
+            return exc
+        raise AssertionError("no exception")
+
+    def library_refusal():
+        raise RuntimeError("the meta-llama adapter is missing")
+
+    assert _meta_limitation(caught(lambda: meta.sum().item()))  # RuntimeError from torch's meta kernel
+    assert not _meta_limitation(caught(lambda: meta @ torch.empty(4, device="meta")))  # a shape refusal
+    assert _meta_limitation(caught(meta.tolist))  # NotImplementedError from the native op
+    assert _meta_limitation(caught(lambda: torch.nonzero(meta)))  # NotImplementedError in torch's Python
+    assert not _meta_limitation(caught(library_refusal))
+    assert not _meta_limitation(caught(lambda: json.loads("{meta")))  # a ValueError is never a meta limit
 
 
 def test_resuming_another_lora_rank_dies_in_load_state_dict_and_is_refused(stock, tiny_model, tmp_path, data):

@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import dis
+import inspect
 import io
 import json
 import math
@@ -897,10 +898,12 @@ def _max_token_id(saved: Any) -> int:
 def _meta_limitation(exc: BaseException) -> bool:
     """Whether ``exc`` is the meta device's limit rather than a refusal, told by its type and where it was
     raised, not its words: a NotImplementedError raised inside torch or by a native op (an op without a
-    Meta kernel, ``.tolist()``), or a RuntimeError raised by a native op rather than a ``raise`` statement
-    (``Tensor.item() cannot be called on meta tensors``). A refusal by LLaMA-Factory, transformers, peft or
-    the Hub (a missing adapter folder, a module name) is a ``raise`` in their own code."""
-    if not isinstance(exc, NotImplementedError | RuntimeError):
+    Meta kernel, ``.tolist()``), or a RuntimeError raised by a native op rather than a ``raise`` statement,
+    or by torch's meta kernels themselves (``_meta_registrations``: ``Tensor.item() cannot be called on meta
+    tensors``), not by their shape checks (``torch._check``, which fail on real weights too). A refusal by
+    LLaMA-Factory, transformers, peft or the Hub (a missing adapter folder, a module name) is a ``raise`` in
+    their own code."""
+    if not isinstance(exc, RuntimeError):  # NotImplementedError is one
         return False
     tb = exc.__traceback__
     if tb is None:
@@ -909,11 +912,13 @@ def _meta_limitation(exc: BaseException) -> bool:
         tb = tb.tb_next
     code = tb.tb_frame.f_code
     native = not any(i.offset == tb.tb_lasti and i.opname.startswith("RAISE") for i in dis.get_instructions(code))
-    if isinstance(exc, RuntimeError):
-        return native
     import torch
 
-    return native or os.path.abspath(code.co_filename).startswith(os.path.dirname(torch.__file__) + os.sep)
+    where = os.path.abspath(code.co_filename)
+    if isinstance(exc, NotImplementedError):  # a RuntimeError subclass: checked first
+        return native or where.startswith(os.path.dirname(torch.__file__) + os.sep)
+    # a shape check fails in torch/__init__.py (torch._check): a real refusal
+    return native or where == os.path.abspath(inspect.getfile(torch._meta_registrations))
 
 
 def _input_embeddings(model: Any) -> Any:
