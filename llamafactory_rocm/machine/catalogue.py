@@ -84,6 +84,15 @@ class ArchInfo(BaseModel):
     bf16_divergence_report: str | None = Field(
         default=None, description="a reported bf16 divergence here, named when a run stops on a non-finite loss"
     )
+    # Multi-GPU and serving facts (rules/world.py, rules/multi_gpu.py, rules/serving.py read them).
+    rccl_env: dict[str, str] = Field(default_factory=dict, description="AMD's RCCL settings for multi-GPU training")
+    slow_partial_node_gpu_counts: list[int] = Field(
+        default_factory=list, description="GPU counts per job whose collectives AMD's guidance calls slow"
+    )
+    multi_gpu_ddp_report: str | None = Field(default=None, description="an open report of DDP failing on these cards")
+    p2p_hang: bool = Field(default=False, description="RCCL over direct PCIe P2P reported to hang (NCCL_P2P_DISABLE=1)")
+    vllm_rocm: bool = Field(default=False, description="listed in vLLM's ROCm requirements")
+    sglang_rocm: bool = Field(default=False, description="a target of SGLang's ROCm builds")
     gfx_target_version: int | None = Field(description="KFD sysfs value for this target")
     notes: list[str] = []
     sources: dict[str, str] = Field(description="fact name -> where it was read")
@@ -97,8 +106,10 @@ class ArchInfo(BaseModel):
         }  # fmt: skip
         optional = (
             "successor", "hip_page_faults", "hip_page_faults_from_rocm", "fp16_failure", "bf16_divergence_report",
+            "rccl_env", "slow_partial_node_gpu_counts", "multi_gpu_ddp_report", "p2p_hang", "vllm_rocm",
+            "sglang_rocm",
         )  # fmt: skip
-        facts |= {name for name in optional if getattr(self, name) is not None}
+        facts |= {name for name in optional if getattr(self, name)}  # a fact stated here needs its source
         missing = sorted(facts - set(self.sources))
         if missing:
             raise ValueError(f"{self.target}: no source for {', '.join(missing)}")
