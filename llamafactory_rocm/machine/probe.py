@@ -39,11 +39,6 @@ def relevant_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     return {k: environ[k] for k in RELEVANT_ENV_VARS if k in environ}
 
 
-def probe_torch() -> tuple[TorchBuild, list[Device]]:
-    build, found = _probe_torch()
-    return build, [device for device, _ in found]
-
-
 def _probe_torch() -> tuple[TorchBuild, list[tuple[Device, PciKey | None]]]:
     """The build and each device with its PCI address (to find its DRM card; not kept in the snapshot)."""
     try:
