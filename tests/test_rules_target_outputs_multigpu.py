@@ -1,10 +1,19 @@
-"""The named GPU must be the one here; existing checkpoints are never clobbered; multi-GPU notices."""
+"""The named GPU must be the one here; what lies in output_dir is said before a run writes over it (another
+experiment's checkpoints are never rotated away); multi-GPU notices."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
 
 from llamafactory_rocm.check.target import planned_snapshot, resolve_target
 from llamafactory_rocm.findings import Level
 from llamafactory_rocm.rules import multi_gpu, outputs, target
 from llamafactory_rocm.rules.base import Context, Target
-from tests.conftest import make_ctx
+from tests.conftest import make_ctx, offline_env, tiny_train_config
 
 
 def test_preset_file_name_names_its_gpu():
@@ -38,21 +47,73 @@ def test_training_a_gpu_preset_on_cpu_warns():
     assert [f.code for f in target.check_target({}, {}, ctx).findings] == ["TARGET_ABSENT"]
 
 
-def test_overwrite_output_dir_over_existing_checkpoints_is_refused():
+def test_overwrite_output_dir_over_existing_checkpoints_is_a_warning_naming_them():
     ctx = make_ctx("mi300x", existing_outputs=("checkpoint-100", "adapter_model.safetensors"))
     (finding,) = outputs.protect_existing_checkpoints({"overwrite_output_dir": True}, {}, ctx).findings
-    assert finding.code == "CHECKPOINT_OVERWRITE" and finding.level is Level.ERROR
+    assert (finding.code, finding.level) == ("CHECKPOINT_OVERWRITE", Level.WARNING)
+    assert "checkpoint-100, adapter_model.safetensors" in finding.message
 
 
-def test_save_total_limit_would_rotate_away_existing_checkpoints():
+def test_resuming_without_overwrite_or_rotation_is_fine():
     ctx = make_ctx("mi300x", existing_outputs=("checkpoint-100",))
-    (finding,) = outputs.protect_existing_checkpoints({"save_total_limit": 1}, {}, ctx).findings
-    assert finding.code == "CHECKPOINT_ROTATION"
+    assert outputs.protect_existing_checkpoints({"do_train": True}, {}, ctx).findings == []
 
 
-def test_resuming_without_overwrite_is_fine():
-    ctx = make_ctx("mi300x", existing_outputs=("checkpoint-100",))
-    assert outputs.protect_existing_checkpoints({}, {}, ctx).findings == []
+def _checkpoint(folder: Path, step: int, rank: int, base: str = "tiny") -> None:
+    ckpt = folder / f"checkpoint-{step}"
+    ckpt.mkdir(parents=True)
+    adapter = {"peft_type": "LORA", "r": rank, "target_modules": ["q_proj", "v_proj"], "base_model_name_or_path": base}
+    (ckpt / "adapter_config.json").write_text(json.dumps(adapter))
+
+
+@pytest.mark.parametrize(
+    ("others", "level"),
+    [
+        ([], Level.INFO),  # the resumed run's own checkpoints only
+        ([(1, 8, "tiny")], Level.INFO),
+        ([(1, 16, "tiny")], Level.ERROR),  # another adapter shape
+        ([(1, 8, "another-model")], Level.ERROR),  # another base model
+    ],
+)
+def test_save_total_limit_rotates_the_resumed_runs_own_checkpoints_and_refuses_anothers(tmp_path, others, level):
+    out = tmp_path / "out"
+    _checkpoint(out, 2, 8)
+    for step, rank, base in others:
+        _checkpoint(out, step, rank, base)
+    names = tuple(sorted(p.name for p in out.iterdir()))
+    ctx = _with(make_ctx("cpu_only", existing_outputs=names), resume_checkpoint=("checkpoint-2", True))
+    config = {"do_train": True, "output_dir": str(out), "save_total_limit": 1}
+    (finding,) = outputs.protect_existing_checkpoints(config, {}, ctx).findings
+    assert (finding.code, finding.level) == ("CHECKPOINT_ROTATION", level)
+    if level is Level.ERROR:
+        assert "would delete checkpoint-1 in" in finding.message
+    # transformers' rotate_checkpoints does nothing for save_total_limit <= 0; overwrite_output_dir is its own
+    assert outputs.protect_existing_checkpoints({**config, "save_total_limit": 0}, {}, ctx).findings == []
+    overwrite = outputs.protect_existing_checkpoints({**config, "overwrite_output_dir": True}, {}, ctx)
+    assert [f.code for f in overwrite.findings] == ["CHECKPOINT_OVERWRITE"]
+
+
+def test_a_run_that_never_resumes_is_refused_rotation_among_old_checkpoints(tmp_path):
+    out = tmp_path / "out"
+    _checkpoint(out, 2, 8)
+    ctx = _with(make_ctx("cpu_only", existing_outputs=("checkpoint-2",)), resume_checkpoint=("checkpoint-2", True))
+    config = {"do_train": True, "output_dir": str(out), "save_total_limit": 1, "stage": "rm", "finetuning_type": "full"}
+    (finding,) = outputs.protect_existing_checkpoints(config, {}, ctx).findings
+    assert (finding.code, finding.level) == ("CHECKPOINT_ROTATION", Level.ERROR)
+
+
+def test_rotation_order_is_transformers_own(tmp_path):
+    """Oracle: transformers' rotate_checkpoints deletes the checkpoints other_experiments lists first."""
+    from transformers.trainer_utils import rotate_checkpoints
+
+    from llamafactory_rocm.check.outputs import other_experiments
+
+    out = tmp_path / "out"
+    for step, rank in ((10, 16), (9, 16), (100, 8)):
+        _checkpoint(out, step, rank)
+    assert other_experiments(out, out / "checkpoint-100") == ["checkpoint-9", "checkpoint-10"]
+    rotate_checkpoints(str(out), save_total_limit=1)
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint-100"]  # both gone: why rotation is refused
 
 
 def test_multi_gpu_notices_on_mi300x_without_iommu_pt_and_on_rdna3():
@@ -100,24 +161,6 @@ def _with(ctx: Context, **changes: object) -> Context:
     return replace(ctx, **changes)
 
 
-def test_resuming_from_a_checkpoint_without_weights_is_refused():
-    ctx = _with(make_ctx("cpu_only"), resume_checkpoint=("checkpoint-3", False))
-    config = {"do_train": True, "output_dir": "out"}
-    (finding,) = outputs.resume_only_from_whole_checkpoints(config, {}, ctx).findings
-    assert (finding.code, finding.level) == ("CHECKPOINT_UNUSABLE", Level.ERROR)
-    assert "checkpoint-3" in finding.message
-    whole = _with(ctx, resume_checkpoint=("checkpoint-3", True))
-    assert outputs.resume_only_from_whole_checkpoints(config, {}, whole).findings == []
-    # no resume happens: overwriting, an explicit checkpoint, or no training
-    for other in ({"overwrite_output_dir": True}, {"resume_from_checkpoint": "out/checkpoint-2"}, {"do_train": False}):
-        assert outputs.resume_only_from_whole_checkpoints({**config, **other}, {}, ctx).findings == []
-    # rm/ppo with full or freeze tuning never resume (LLaMA-Factory's can_resume_from_checkpoint)
-    for stage, method in (("rm", "full"), ("ppo", "freeze")):
-        never = {**config, "stage": stage, "finetuning_type": method}
-        assert outputs.resume_only_from_whole_checkpoints(never, {}, ctx).findings == []
-    assert outputs.resume_only_from_whole_checkpoints({**config, "stage": "rm"}, {}, ctx).findings  # lora resumes
-
-
 def test_the_stages_that_never_resume_are_llamafactorys_line():
     import inspect
 
@@ -162,3 +205,45 @@ def test_the_default_output_dir_is_transformers_own():
 
     assert TrainingArguments().output_dir == DEFAULT_OUTPUT_DIR == output_dir_of({})
     assert output_dir_of({"output_dir": "saves/x"}) == "saves/x"
+
+
+LLAMAFACTORY_CLI = str(Path(sys.executable).parent / "llamafactory-cli")
+
+
+@pytest.mark.trainer
+def test_a_crashed_run_with_save_total_limit_resumes_through_stock_llamafactory_cli_with_the_hook_on(
+    tiny_model, tmp_path
+):
+    """Oracle: stock ``llamafactory-cli train`` (the hook on, the default) resumes and rotates, as LLaMA-Factory
+    alone does. The first run stops after step 2 as a crash would (its final files removed, its checkpoints
+    kept); the relaunch resumes from checkpoint-2 and the rotation deletes only that run's own checkpoints."""
+    from llamafactory_rocm.check.run import check_config
+
+    out = tmp_path / "out"
+    config = tiny_train_config(tiny_model, out, save_steps=1, save_total_limit=2, plot_loss=False)
+    env = offline_env(tmp_path)
+
+    def train(max_steps: int) -> subprocess.CompletedProcess:
+        cfg = tmp_path / "run.yaml"
+        cfg.write_text(yaml.safe_dump({**config, "max_steps": max_steps}, sort_keys=False))
+        return subprocess.run(
+            [LLAMAFACTORY_CLI, "train", str(cfg)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+        )
+
+    first = train(2)
+    assert first.returncode == 0, first.stderr[-3000:]
+    for path in out.iterdir():  # what a crash after the second save leaves: the checkpoints alone
+        if not path.name.startswith("checkpoint-"):
+            path.unlink() if path.is_file() else None
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["checkpoint-1", "checkpoint-2"]
+    state_file = out / "checkpoint-2" / "trainer_state.json"  # marked: a resumed trainer carries its history on
+    state = json.loads(state_file.read_text())
+    state_file.write_text(json.dumps({**state, "log_history": [*state["log_history"], {"note": "first run"}]}))
+    report = check_config({**config, "max_steps": 4})
+    rotation = [f for f in report.findings if f.code == "CHECKPOINT_ROTATION"]
+    assert report.ok and [f.level for f in rotation] == [Level.INFO], report.findings
+    relaunch = train(4)
+    assert relaunch.returncode == 0, relaunch.stderr[-3000:]
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith("checkpoint-")) == ["checkpoint-3", "checkpoint-4"]
+    final = json.loads((out / "trainer_state.json").read_text())
+    assert final["global_step"] == 4 and {"note": "first run"} in final["log_history"]  # resumed, not restarted

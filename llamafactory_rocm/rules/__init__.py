@@ -67,7 +67,6 @@ RULES: tuple[Rule, ...] = (
     kernels.bitsandbytes_for_qlora,
     packages.require_packages,
     outputs.protect_existing_checkpoints,
-    outputs.resume_only_from_whole_checkpoints,
     outputs.plot_the_loss,
     multi_gpu.multi_gpu_notices,
     world.world_rules,
