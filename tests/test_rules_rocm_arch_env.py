@@ -87,6 +87,7 @@ def test_parses_semicolons_spaces_and_feature_suffixes():
         ("gfx9422", "gfx942"),
         ("gfx942:xnack", None),
         ("gfx90a\tgfx942", None),  # torch does not split on a tab: one entry
+        ("GFX942", "gfx942"),  # passed on as written; clang's processor names are lowercase
     ],
 )
 def test_malformed_targets_are_refused_with_the_nearest_valid_one(value, suggestion):

@@ -54,13 +54,17 @@ def parse_rocm_arch(value: str, catalogue: Catalogue) -> tuple[list[str], list[B
     for item in torch_rocm_archs(value) or []:
         if item == "":
             continue
-        match = TARGET_ID_RE.match(item.lower())
-        if not match:
+        match = TARGET_ID_RE.match(item)
+        if not match and TARGET_ID_RE.match(item.lower()):
+            # torch passes the entry as written, and clang compares processor names exactly
+            # (llvm TargetParser parseArchAMDGCN): GFX942 is no target (docs/rocm-facts.md#p1).
+            bad.append(BadTarget(item, "target names are lowercase", item.lower()))
+        elif not match:
             bad.append(BadTarget(item, "it is not a gfx target", catalogue.nearest_target(item)))
         elif catalogue.arch(match.group(1)) is None:
             bad.append(BadTarget(item, "it is not a known AMD target", catalogue.nearest_target(item)))
         else:
-            good.append(item.lower())
+            good.append(item)
     return good, bad
 
 
