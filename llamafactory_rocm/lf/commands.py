@@ -24,6 +24,8 @@ from .verdict import DeviceAnswers, Verdict, _quiet, _restored_environ, device_a
 
 COMMANDS = ("train", "export", "chat", "api", "webchat", "eval")
 INFER_COMMANDS = frozenset({"export", "chat", "api", "webchat"})
+# The commands lf/dry_load.py builds dry (eval's Evaluator is not among them).
+DRY_LOADED = INFER_COMMANDS
 # The serving backends whose packages a planned machine installs itself: while planning, LLaMA-Factory's
 # check_version for them is not asked here (docs/after-training.md#t3).
 PLANNED_BACKEND_PACKAGES = frozenset({"vllm", "sglang"})
@@ -151,14 +153,22 @@ def _planned_backends(planned: bool) -> Iterator[None]:
         parser.check_version = original
 
 
-def command_verdict(config: Mapping[str, Any], command: str, answers: DeviceAnswers | None = None) -> Verdict:
-    """Run LLaMA-Factory's parser for ``command`` on a copy of ``config``; nothing is loaded or written.
+def command_verdict(
+    config: Mapping[str, Any], command: str, answers: DeviceAnswers | None = None, *, load: bool = True
+) -> Verdict:
+    """Run LLaMA-Factory's parser for ``command`` on a copy of ``config``; no weight is read, nothing written.
 
     ``train``: ``get_train_args`` (``lf.verdict.parser_verdict``). ``export``: LLaMA-Factory's own
     ``export_model`` up to its first load, so its checks before loading run too (``export_dir`` is set,
     no adapter with ``export_quantization_bit``). ``chat``/``api``/``webchat``: ``get_infer_args``, as
     ``ChatModel`` calls it. ``eval``: ``get_eval_args``. ``answers`` stand in for a planned device, and
     then vLLM/SGLang are not required here (the serving rules state them for the target).
+
+    ``load``: for export, chat, api and webchat on this machine (no ``answers``), the command is then built
+    dry (``lf.dry_load``: the packages the command imports, tokenizer, template, the model on the meta
+    device with its adapters, export_dir, one generation up to the first forward), and its first refusal is
+    the verdict, with the fix in its words. ``load=False`` is the parser alone, for a caller that reports
+    ``lf.dry_load.dry_load_findings`` itself.
     """
     if command not in COMMANDS:
         raise ValueError(f"unknown command {command!r}; one of {', '.join(COMMANDS)}")
@@ -180,6 +190,13 @@ def command_verdict(config: Mapping[str, Any], command: str, answers: DeviceAnsw
         except Exception as exc:
             text = " ".join(str(exc).split()) or type(exc).__name__
             return Verdict(False, text, type(exc).__name__)
+    if load and answers is None and command in DRY_LOADED:
+        from .dry_load import dry_load
+
+        refused = [f for f in dry_load(config, command).findings if f.level.value == "error"]
+        if refused:
+            first = refused[0]
+            return Verdict(False, f"{first.message} What to do: {first.fix}", first.code)
     return Verdict(True)
 
 

@@ -1,0 +1,463 @@
+"""LLaMA-Factory's after-training commands built dry: export, chat, api and webchat, with the model on meta.
+
+``llamafactory-cli export`` runs ``export_model`` (llamafactory/train/tuner.py); ``chat``, ``api`` and
+``webchat`` build a ``ChatModel`` (llamafactory/chat/chat_model.py), whose Hugging Face engine
+(chat/hf_engine.py) loads the tokenizer, the template and the model with its adapters. Here those run as
+LLaMA-Factory runs them, with these differences, each chosen so that no weight is read and nothing written
+(docs/after-training.md#t10):
+
+- The model is LLaMA-Factory's own ``load_model`` with its weight-loading call swapped for ``from_config``
+  under accelerate's ``init_empty_weights`` (``meta_load_model``, the one the training dry run uses):
+  the config is patched (``infer_dtype``, quantization and the packages it imports), and ``init_adapter``
+  loads each adapter with peft onto the meta model, so a missing adapter folder and an adapter of other
+  shapes fail in peft's own words ("Can't find 'adapter_config.json'", "size mismatch").
+- export: the stock ``export_model`` runs to its ``save_pretrained`` (its checks after loading: quantized
+  merge, the dtype conversion); ``export_dir`` is checked as transformers' ``save_pretrained`` treats it.
+- chat: the stock ``ChatModel.__init__`` builds the engine; then one generation is prepared with the
+  engine's own ``_process_args`` on a one-word message (the shortest prompt the template makes) and run
+  through transformers' ``generate`` up to the model's first forward, so the generating arguments meet
+  transformers' own checks (logits processors, ``max_length`` against the prompt).
+- The packages ``api`` and ``webchat`` import are asked of the availability functions their
+  LLaMA-Factory module imports (``llamafactory/api/app.py``, ``llamafactory/webui/interface.py``).
+- vLLM and SGLang engines are not built (they need the GPU and the weights): said as "not checked".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import inspect
+import io
+import os
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..findings import Finding, Level
+from .dry_run import DryRun, _hub_offline, _words
+from .text_only import text_only_llamafactory
+from .verdict import _quiet, _restored_environ
+
+# The LLaMA-Factory module each command runs, whose guarded imports (``if is_fastapi_available(): from
+# fastapi import ...``) it then uses unguarded: api/app.py's create_app calls FastAPI, run_api uvicorn.run;
+# webui/interface.py's create_web_demo opens gr.Blocks (docs/after-training.md#t10).
+COMMAND_MODULES: dict[str, str] = {"api": "llamafactory.api.app", "webchat": "llamafactory.webui.interface"}
+# The name each module uses first, unguarded: api/app.py create_app's FastAPI(...), webui/interface.py's gr.Blocks.
+FIRST_USE: dict[str, str] = {"api": "FastAPI", "webchat": "gr"}
+# pyproject.toml's optional dependency group that installs them.
+EXTRA = "webui"
+# The message the dry chat prepares a generation for: the shortest prompt the template makes.
+PROBE_MESSAGE = "Hi"
+
+
+@dataclass(frozen=True)
+class CommandPackage:
+    function: str  # LLaMA-Factory's availability function: "is_fastapi_available"
+    module: str  # the import name it looks for: "sse_starlette"
+    available: bool
+
+    @property
+    def distribution(self) -> str:
+        return self.module.replace("_", "-")
+
+
+def command_packages(command: str) -> tuple[CommandPackage, ...]:
+    """The packages ``command``'s LLaMA-Factory module imports behind ``is_*_available()``, each as that
+    function answers here. The import name is the one it passes to ``_is_package_available`` (recorded)."""
+    name = COMMAND_MODULES.get(command)
+    if name is None:
+        return ()
+    with text_only_llamafactory():
+        module = importlib.import_module(name)
+        from llamafactory.extras import packages
+    found = []
+    original = packages._is_package_available
+    asked: list[str] = []
+
+    def recording(package: str) -> bool:
+        asked.append(package)
+        return original(package)
+
+    packages._is_package_available = recording
+    try:
+        for attr, value in sorted(vars(module).items()):
+            if not (callable(value) and getattr(value, "__module__", "") == packages.__name__):
+                continue
+            if not (attr.startswith("is_") and attr.endswith("_available")):
+                continue
+            asked.clear()
+            available = bool(value())
+            found.append(CommandPackage(attr, asked[-1] if asked else attr[3:-10], available))
+    finally:
+        packages._is_package_available = original
+    return tuple(found)
+
+
+def package_findings(command: str, *, planned: bool = False) -> list[Finding]:
+    """One finding naming the packages ``command`` imports that are missing here (an error), or, planning
+    for another machine, that its environment must have (info)."""
+    missing = [p for p in command_packages(command) if not p.available]
+    if not missing:
+        return []
+    names = ", ".join(p.distribution for p in missing)
+    install = f'pip install -e ".[{EXTRA}]" (or: pip install {" ".join(p.distribution for p in missing)})'
+    where = COMMAND_MODULES[command].replace(".", "/") + ".py"
+    if planned:
+        return [
+            Finding(
+                code="COMMAND_PACKAGES_MISSING",
+                level=Level.INFO,
+                message=f"llamafactory-cli {command} imports {names} ({where}); they are not installed here, so "
+                "install them on the target machine.",
+                fix=f"On the target: {install}.",
+            )
+        ]
+    functions = ", ".join(f"{p.function}()" for p in missing)
+    return [
+        Finding(
+            code="COMMAND_PACKAGES_MISSING",
+            level=Level.ERROR,
+            message=f"llamafactory-cli {command} needs {names}, not installed here ({functions} in {where} "
+            f"answer False): it stops with a NameError where it first uses them (name '{FIRST_USE[command]}' is "
+            "not defined).",
+            fix=f"{install}.",
+        )
+    ]
+
+
+# -- the model on the meta device -------------------------------------------------------------------
+def meta_load_model(load_model: Callable[..., Any]) -> Callable[..., Any]:
+    """LLaMA-Factory's ``load_model`` (``model/loader.py``) building the model on the meta device.
+
+    loader.py: ``if model_args.train_from_scratch: model = load_class.from_config(config, ...)`` else
+    ``load_class.from_pretrained(**init_kwargs)``, the one call that reads weights. Under accelerate's
+    ``init_empty_weights`` every parameter is created on the meta device; the rest (patch_config,
+    patch_model, init_adapter, the value head) runs as in the real run."""
+    import accelerate
+
+    def load(tokenizer: Any, model_args: Any, finetuning_args: Any, *args: Any, **kwargs: Any) -> Any:
+        saved = model_args.train_from_scratch
+        model_args.train_from_scratch = True
+        try:
+            with accelerate.init_empty_weights():
+                return load_model(tokenizer, model_args, finetuning_args, *args, **kwargs)
+        finally:
+            model_args.train_from_scratch = saved
+
+    return load
+
+
+class _Stages:
+    """Which of LLaMA-Factory's steps is running: names in its modules wrapped to record it."""
+
+    def __init__(self) -> None:
+        self.current = "parse"
+        self._saved: list[tuple[Any, str, Any]] = []
+
+    def wrap(self, module: Any, name: str, stage: str, replace: Callable[..., Any] | None = None) -> None:
+        original = getattr(module, name)
+        inner = replace or original
+
+        def step(*args: Any, **kwargs: Any) -> Any:
+            before, self.current = self.current, stage
+            result = inner(*args, **kwargs)
+            self.current = before
+            return result
+
+        self._saved.append((module, name, original))
+        setattr(module, name, step)
+
+    def restore(self) -> None:
+        for module, name, original in reversed(self._saved):
+            setattr(module, name, original)
+        self._saved.clear()
+
+
+class _ReachedSave(Exception):
+    """export_model reached ``model.save_pretrained``: every check before writing passed."""
+
+
+class _ReachedForward(Exception):
+    """transformers' generate reached the model's forward: every check before it passed."""
+
+
+# What failed, by the step it failed in: (code, what, fix, key).
+_STEP_CODE = {  # step -> (code, what refused, fix, key)
+    "tokenizer": (
+        "AFTER_TOKENIZER_REFUSED",
+        "LLaMA-Factory's load_tokenizer",
+        "Give the model's folder (the one with config.json and tokenizer.json or tokenizer_config.json).",
+        "model_name_or_path",
+    ),
+    "template": (
+        "AFTER_TEMPLATE_REFUSED",
+        "LLaMA-Factory's get_template_and_fix_tokenizer",
+        "Use the template the model was trained with (a name from LLaMA-Factory's list).",
+        "template",
+    ),
+    "model": (
+        "AFTER_MODEL_REFUSED",
+        "LLaMA-Factory's load_model (built on the meta device)",
+        "Change the config as the message says (infer_dtype: auto, float16, bfloat16 or float32; the packages "
+        "it names installed).",
+        "model_name_or_path",
+    ),
+    "adapter": (
+        "ADAPTER_NOT_LOADABLE",
+        "LLaMA-Factory's init_adapter (peft, onto the meta model)",
+        "Point adapter_name_or_path at the folder training wrote (its output_dir, with adapter_config.json and "
+        "adapter_model.safetensors), on the base model it was trained on (named in its adapter_config.json).",
+        "adapter_name_or_path",
+    ),
+    "export": (
+        "EXPORT_REFUSED",
+        "LLaMA-Factory's export_model",
+        "Change the config as the message says.",
+        "export_dir",
+    ),
+    "engine": (
+        "CHAT_ENGINE_REFUSED",
+        "LLaMA-Factory's ChatModel",
+        "Set infer_backend to huggingface (the default), vllm or sglang.",
+        "infer_backend",
+    ),
+    "generate": (
+        "GENERATION_REFUSED",
+        "transformers' generate (prepared by LLaMA-Factory's HuggingfaceEngine)",
+        "Change the generating arguments as transformers' message says (repetition_penalty > 0, top_k > 0, "
+        "max_new_tokens instead of a max_length shorter than the prompt).",
+        "max_new_tokens",
+    ),
+}
+
+
+def _refused(run: DryRun, stage: str, exc: BaseException, config: Mapping[str, Any]) -> None:
+    code, what, fix, key = _STEP_CODE.get(stage, _STEP_CODE["model"])
+    text = _words(exc)
+    hint = _folder_hint(config, text)
+    if stage == "generate":
+        key = _generation_key(text) or key
+    run.error(code=code, message=f"{what} refused: {text}{hint}", fix=fix, key=key)
+
+
+def _folder_hint(config: Mapping[str, Any], text: str) -> str:
+    """What the folders are, when the refusal is about them: a model given as the adapter, or the reverse."""
+    from ..rules.adapter import adapter_paths, read_adapter_config
+
+    model = str(config.get("model_name_or_path") or "")
+    for path in adapter_paths(config):
+        if path in text and (Path(path) / "config.json").is_file() and read_adapter_config(path) is None:
+            return f" ({path} is a model folder, not an adapter: it has config.json and no adapter_config.json)"
+        if path in text and not Path(path).exists():
+            return f" ({path} does not exist here)"
+    adapter = read_adapter_config(model) if model else None
+    if adapter is not None:
+        base = adapter.get("base_model_name_or_path")
+        return (
+            f" ({model} is an adapter folder (it has adapter_config.json): give it as the adapter, and its base "
+            f"model{f' {base}' if base else ''} as the model)"
+        )
+    return ""
+
+
+def _generation_key(text: str) -> str | None:
+    for key in ("repetition_penalty", "max_length", "top_k", "top_p", "temperature", "num_beams"):
+        if key in text or (key == "repetition_penalty" and "`penalty`" in text):
+            return key
+    return None
+
+
+# -- export ------------------------------------------------------------------------------------------
+def _export_dir_findings(run: DryRun, export_dir: str) -> bool:
+    """transformers' ``save_pretrained`` (modeling_utils.py): ``if os.path.isfile(save_directory):
+    logger.error(...); return`` writes nothing, and export_model then fails writing its Modelfile there
+    (NotADirectoryError); otherwise ``os.makedirs(save_directory, exist_ok=True)``."""
+    path = Path(export_dir)
+    if path.is_file():
+        run.error(
+            code="EXPORT_DIR_NOT_A_FOLDER",
+            message=f"export_dir {export_dir} is a file: transformers' save_pretrained writes nothing there and "
+            "export_model then stops writing its Modelfile (NotADirectoryError), after the merge.",
+            fix="Set export_dir to a folder (a new one, or one that holds nothing you need).",
+            key="export_dir",
+        )
+        return False
+    existing = next((p for p in (path, *path.absolute().parents) if p.exists()), None)
+    if existing is not None and (not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK)):
+        what = "is a file" if not existing.is_dir() else "is not writable"
+        run.error(
+            code="EXPORT_DIR_NOT_A_FOLDER",
+            message=f"export_dir {export_dir} cannot be created: {existing} {what} (os.makedirs in "
+            "save_pretrained fails after the merge).",
+            fix="Set export_dir to a folder you can write.",
+            key="export_dir",
+        )
+        return False
+    return True
+
+
+def _dry_export(run: DryRun, config: Mapping[str, Any], model_args: Any) -> None:
+    with text_only_llamafactory():
+        from llamafactory.model import loader
+        from llamafactory.train import tuner
+
+    if model_args.export_dir is not None and not _export_dir_findings(run, str(model_args.export_dir)):
+        return
+    stages = _Stages()
+    meta = meta_load_model(tuner.load_model)
+
+    def load_until_save(*args: Any, **kwargs: Any) -> Any:
+        model = meta(*args, **kwargs)
+        stages.current = "export"
+
+        def save_pretrained(*_args: Any, **_kwargs: Any) -> None:
+            raise _ReachedSave
+
+        model.save_pretrained = save_pretrained  # an attribute of this meta model only
+        return model
+
+    stages.wrap(tuner, "load_tokenizer", "tokenizer")
+    stages.wrap(tuner, "get_template_and_fix_tokenizer", "template")
+    stages.wrap(tuner, "load_model", "model", load_until_save)
+    stages.wrap(loader, "init_adapter", "adapter")
+    stages.current = "export"
+    try:
+        inspect.unwrap(tuner.export_model)(dict(config))  # the stock function, not the hook's wrapper
+    except _ReachedSave:
+        run.skip("the merged weights and their save", "they need the real weights")
+    except Exception as exc:
+        _refused(run, stages.current, exc, config)
+    finally:
+        stages.restore()
+
+
+# -- chat --------------------------------------------------------------------------------------------
+def _dry_chat(run: DryRun, config: Mapping[str, Any], model_args: Any) -> None:
+    with text_only_llamafactory():
+        from llamafactory.chat import chat_model, hf_engine
+        from llamafactory.extras.constants import EngineName
+        from llamafactory.model import loader
+
+    backend = model_args.infer_backend
+    if backend in (EngineName.VLLM, EngineName.SGLANG):
+        run.skip(f"the {getattr(backend, 'value', backend)} engine", "it needs the GPU and the real weights")
+        return
+    stages = _Stages()
+    stages.wrap(hf_engine, "load_tokenizer", "tokenizer")
+    stages.wrap(hf_engine, "get_template_and_fix_tokenizer", "template")
+    stages.wrap(hf_engine, "load_model", "model", meta_load_model(hf_engine.load_model))
+    stages.wrap(loader, "init_adapter", "adapter")
+    chat = object.__new__(chat_model.ChatModel)
+    stages.current = "engine"
+    try:
+        inspect.unwrap(chat_model.ChatModel.__init__)(chat, dict(config))  # the stock one, not the hook's
+    except Exception as exc:
+        _refused(run, stages.current, exc, config)
+        return
+    finally:
+        stages.restore()
+    loop = getattr(chat, "_loop", None)
+    if loop is not None:  # ChatModel starts its event loop in a daemon thread: stop it
+        loop.call_soon_threadsafe(loop.stop)
+    _dry_generate(run, chat.engine)
+
+
+def _dry_generate(run: DryRun, engine: Any) -> None:
+    """One generation as HuggingfaceEngine._chat prepares it, run through transformers' generate up to the
+    model's first forward. The inputs are built on the CPU (meta tensors hold no ids to check)."""
+    import torch
+
+    model = engine.model
+    stand_in = _ModelView(model)
+    messages = [{"role": "user", "content": PROBE_MESSAGE}]
+    try:
+        gen_kwargs, prompt_length = engine._process_args(
+            stand_in, engine.tokenizer, engine.processor, engine.template, engine.generating_args, messages
+        )
+    except Exception as exc:
+        _refused(run, "generate", exc, {})
+        return
+
+    def forward(*_args: Any, **_kwargs: Any) -> None:
+        raise _ReachedForward
+
+    model.forward = forward  # an attribute of this meta model only
+    try:
+        with torch.inference_mode():
+            model.generate(**gen_kwargs)
+    except _ReachedForward:
+        run.skip("the generation itself", f"it needs the real weights (a one-word prompt is {prompt_length} tokens)")
+    except Exception as exc:
+        _refused(run, "generate", exc, {})
+
+
+class _ModelView:
+    """The meta model as ``_process_args`` reads it (device, dtype, config), placed on the CPU."""
+
+    def __init__(self, model: Any) -> None:
+        import torch
+
+        self.device = torch.device("cpu")
+        self.dtype = model.dtype
+        self.config = model.config
+
+
+# -- entry -------------------------------------------------------------------------------------------
+def _reachable(run: DryRun, model_args: Any) -> bool:
+    """The training dry run's own reachability step (lf/dry_run.py ``_Launch.reachable``)."""
+    from .dry_run import _Launch
+
+    launch = _Launch.__new__(_Launch)
+    launch.run, launch.model_args = run, model_args
+    return launch.reachable()
+
+
+def dry_load(config: Mapping[str, Any], command: str, *, planned: bool = False) -> DryRun:
+    """Build ``command`` (export, chat, api or webchat) dry on ``config``, as LLaMA-Factory builds it.
+
+    ``planned``: the check is for another machine; its packages are then requirements (info), and the
+    model, tokenizer and adapters, which are that machine's files, are not loaded here."""
+    run = DryRun()
+    run.findings += package_findings(command, planned=planned)
+    if planned:
+        run.skip("the model, tokenizer and adapters", "planning for another machine: they are its files")
+        return run
+    with text_only_llamafactory():
+        from llamafactory.hparams import get_infer_args
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_restored_environ())
+        stack.enter_context(_quiet())
+        stack.enter_context(_hub_offline())
+        stack.enter_context(warnings.catch_warnings())
+        warnings.simplefilter("ignore")  # peft's and torch's notes on meta tensors
+        stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
+        try:
+            model_args = get_infer_args(dict(config))[0]
+        except (Exception, SystemExit) as exc:  # command_verdict reports the parser's refusal itself
+            run.skip("the dry load", f"get_infer_args refused the config: {_words(exc)}")
+            return run
+        if not _reachable(run, model_args):
+            return run
+        if command == "export":
+            _dry_export(run, config, model_args)
+        else:
+            _dry_chat(run, config, model_args)
+    return run
+
+
+def dry_load_findings(config: Mapping[str, Any], command: str, *, planned: bool = False) -> list[Finding]:
+    """``dry_load``'s findings, for the check's report."""
+    return list(dry_load(config, command, planned=planned).findings)
+
+
+__all__ = [
+    "COMMAND_MODULES",
+    "CommandPackage",
+    "command_packages",
+    "dry_load",
+    "dry_load_findings",
+    "meta_load_model",
+    "package_findings",
+]
