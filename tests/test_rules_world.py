@@ -86,9 +86,27 @@ def test_the_torchrun_condition_and_the_switch_words_are_llamafactorys(monkeypat
     with text_only_llamafactory():
         from llamafactory import launcher
         from llamafactory.extras.misc import is_env_enabled
+    from llamafactory_rocm.lf.keys import installed_llamafactory_version
+    from llamafactory_rocm.lf.launcher_source import torchrun_switches
+
     source = " ".join(inspect.getsource(launcher.launch).split())
     assert 'is_env_enabled("FORCE_TORCHRUN") or (get_device_count() > 1 and not use_ray() and not use_kt())' in source
-    assert 'if is_env_enabled("USE_MCA"): # force use torchrun os.environ["FORCE_TORCHRUN"] = "1"' in source
+    # The forcing line of each release (0.9.5: USE_MCA; main: USE_MCA or USE_MEGATRON_BRIDGE), and the
+    # switches read from it.
+    forcing = {
+        "0.9.5": 'if is_env_enabled("USE_MCA"): # force use torchrun os.environ["FORCE_TORCHRUN"] = "1"',
+        "0.9.6.dev0": 'if is_env_enabled("USE_MCA") or is_env_enabled("USE_MEGATRON_BRIDGE"): # force use torchrun '
+        'os.environ["FORCE_TORCHRUN"] = "1"',
+    }
+    expected = {
+        "0.9.5": ("FORCE_TORCHRUN", "USE_MCA"),
+        "0.9.6.dev0": ("FORCE_TORCHRUN", "USE_MCA", "USE_MEGATRON_BRIDGE"),
+    }
+    version = installed_llamafactory_version()
+    assert forcing[version] in source
+    assert torchrun_switches() == expected[version]
+    for switch in expected[version]:
+        assert world.starts_torchrun({switch: "1"}, make_ctx("cpu_only"))
     for value in ("1", "0", "true", "True", "y", "Y", "yes", "on", "false", ""):
         monkeypatch.setenv("FORCE_TORCHRUN", value)
         assert env_enabled({"FORCE_TORCHRUN": value}, "FORCE_TORCHRUN") is is_env_enabled("FORCE_TORCHRUN"), value
@@ -96,13 +114,27 @@ def test_the_torchrun_condition_and_the_switch_words_are_llamafactorys(monkeypat
     assert env_enabled({}, "OPTIM_TORCH", "1") is is_env_enabled("OPTIM_TORCH", "1")
 
 
-def test_steps_per_epoch_when_the_dataset_size_is_known():
-    # 300 rows in batches of 8: 38 batches dealt to 16 ranks = 3 each; accumulation 1: 3 steps
-    plan = findings(world.world_batch, CONFIG, TWO_NODES, with_rows(make_ctx("mi300x_8gpu"), 300))["WORLD_PLAN"]
-    assert "300 rows make 3 optimizer steps per epoch" in plan.message
-    accumulated = {**CONFIG, "gradient_accumulation_steps": 2}  # 270 rows, 34 batches, 3 per rank
-    plan = findings(world.world_batch, accumulated, TWO_NODES, with_rows(make_ctx("mi300x_8gpu"), 270))["WORLD_PLAN"]
-    assert "270 rows make 2 optimizer steps per epoch" in plan.message
+def _steps_per_epoch(rows: int, batch: int, ranks: int, accumulation: int) -> int:
+    """The oracle: accelerate's own sharding of the trainer's DataLoader over the ranks (what Trainer.prepare
+    hands each rank), then transformers' update steps per epoch (trainer.py: len_dataloader //
+    gradient_accumulation_steps + int(len_dataloader % gradient_accumulation_steps > 0))."""
+    import torch
+    from accelerate.data_loader import prepare_data_loader
+
+    loader = torch.utils.data.DataLoader(range(rows), batch_size=batch)
+    per_rank = len(prepare_data_loader(loader, num_processes=ranks, process_index=0, put_on_device=False))
+    return max(per_rank // accumulation + int(per_rank % accumulation > 0), 1)
+
+
+@pytest.mark.parametrize(("rows", "accumulation"), [(300, 1), (270, 2), (129, 1), (1000, 3), (17, 1)])
+def test_steps_per_epoch_when_the_dataset_size_is_known(rows, accumulation):
+    config = {**CONFIG, "gradient_accumulation_steps": accumulation}
+    plan = findings(world.world_batch, config, TWO_NODES, with_rows(make_ctx("mi300x_8gpu"), rows))["WORLD_PLAN"]
+    if rows < 8 * accumulation * 16:
+        assert "optimizer steps per epoch" not in plan.message  # GLOBAL_BATCH_OVER_DATASET says it instead
+        return
+    steps = _steps_per_epoch(rows, 8, 16, accumulation)
+    assert f"{rows} rows make {steps} optimizer steps per epoch" in plan.message
 
 
 def test_a_global_batch_larger_than_the_data_is_a_warning_with_the_arithmetic():

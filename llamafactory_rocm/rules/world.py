@@ -117,10 +117,13 @@ def read_world(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) 
 
 
 def starts_torchrun(env: Mapping[str, str], ctx: Context) -> bool:
-    """Whether ``llamafactory-cli train`` starts torchrun: mirrors 0.9.5 ``launcher.py`` (``if command ==
+    """Whether ``llamafactory-cli train`` starts torchrun: mirrors ``launcher.py`` on both lines (``if command ==
     "train" and (is_env_enabled("FORCE_TORCHRUN") or (get_device_count() > 1 and not use_ray() and not
-    use_kt()))``, USE_MCA forcing it), pinned by tests/test_rules_world.py. Ray is read before this."""
-    if env_enabled(env, "FORCE_TORCHRUN") or env_enabled(env, "USE_MCA"):
+    use_kt()))``), the switches that force it read from the installed launcher (lf/launcher_source.py: USE_MCA,
+    and USE_MEGATRON_BRIDGE on main), pinned by tests/test_rules_world.py. Ray is read before this."""
+    from ..lf.launcher_source import torchrun_switches
+
+    if any(env_enabled(env, switch) for switch in torchrun_switches()):
         return True
     devices = len(ctx.snapshot.devices)
     if ctx.snapshot.source.startswith("planned"):  # one device stands for the target's kind, not its count
