@@ -69,3 +69,50 @@ def test_the_cpu_side_is_warned_when_the_gpu_takes_nearly_all_ram():
     low = [f for f in findings if f.code == "APU_HOST_MEMORY_LOW"]
     assert len(low) == 1 and low[0].level is Level.WARNING and "MemAvailable" in low[0].message
     assert [f.code for f in memory_fit.memory_fit(config, {}, ctx).findings] == ["MEMORY_ESTIMATE"]  # 127.5 GiB
+
+
+def _applied(config: dict, change: str) -> dict:
+    """A change as fitting_changes words it ("key: value", maybe "with key: value") applied to the config."""
+    import re
+
+    return {**config, **{key: int(value) for key, value in re.findall(r"(\w+): (\d+)", change)}}
+
+
+def test_each_change_named_when_over_the_device_fits_when_applied():
+    config = {**raw("rx7900xtx_llama3_lora"), "per_device_train_batch_size": 8}
+    ctx = replace(make_ctx("rx7900xtx"), model_config=model_config_for(config["model_name_or_path"]))
+    (over,) = memory_fit.memory_fit(config, {}, ctx).findings
+    assert over.code == "MEMORY_OVER_DEVICE" and "Changes that fit, cheapest first: " in over.fix
+    plan = memory_fit._plan(config, {}, ctx)
+    changes = memory_fit.fitting_changes(config, ctx, plan, memory_fit.BUDGET * plan.device_gib)
+    edits = [what for what, _ in changes if not what.startswith(("one ", "DeepSpeed"))]
+    assert edits and edits[0].startswith("per_device_train_batch_size: ")  # the cheapest: same tokens per step
+    for what in edits:
+        (finding,) = memory_fit.memory_fit(_applied(config, what), {}, ctx).findings
+        assert finding.code == "MEMORY_ESTIMATE", (what, finding.message)
+    batch = _applied(config, edits[0])
+    assert batch["per_device_train_batch_size"] * batch["gradient_accumulation_steps"] >= 8  # the same batch
+
+
+def test_a_model_no_change_of_the_run_fits_names_a_gpu_that_does():
+    from llamafactory_rocm.memory import ModelMemory
+
+    config = raw("rx7900xtx_llama3_lora")
+    ctx = replace(make_ctx("rx7900xtx"), model_config=model_config_for(config["model_name_or_path"]))
+    heavy = ModelMemory(parameters=30 * 2**30, trainable_parameters=0, frozen_bytes=60 * GIB, trainable_bytes=0)
+    (over,) = memory_fit.memory_fit(config, {}, replace(ctx, built_model=heavy)).findings
+    assert over.code == "MEMORY_OVER_DEVICE" and "--gpu " in over.fix
+    alias = over.fix.split("--gpu ")[1].split(")")[0]
+    bigger = replace(ctx, snapshot=load_snapshot(alias), built_model=heavy)
+    assert [f.code for f in memory_fit.memory_fit(config, {}, bigger).findings] == ["MEMORY_ESTIMATE"]
+
+
+def test_the_numbers_json_carries_are_the_findings_estimate():
+    config = raw("strixhalo_qwen3_lora")
+    ctx = replace(make_ctx("mi300x"), model_config=model_config_for(config["model_name_or_path"]))
+    numbers = memory_fit.estimate_numbers(config, {}, ctx)
+    (finding,) = memory_fit.memory_fit(config, {}, ctx).findings
+    assert set(numbers) == {"weights_gib", "trainable_gib", "activations_gib", "logits_gib", "peak_gib", "device_gib"}
+    assert f"Estimated peak {numbers['peak_gib']:.1f} GiB of {numbers['device_gib']:.1f} GiB" in finding.message
+    assert f"weights {numbers['weights_gib']:.1f} + trainable state {numbers['trainable_gib']:.1f}" in finding.message
+    assert memory_fit.estimate_numbers(config, {}, make_ctx("mi300x")) is None  # no model config: no numbers

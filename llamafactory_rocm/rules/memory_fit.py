@@ -7,13 +7,18 @@ the CPU side (docs/rocm-facts.md#n9).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..findings import Finding, Level
 from ..machine.snapshot import Device
 from ..memory import (
     UNESTIMABLE,
+    Estimate,
+    ModelMemory,
+    ModelShape,
     TrainingShape,
     checkpoint_weight_bytes,
     estimate,
@@ -24,6 +29,7 @@ from .base import Context, Step, lf_value, truthy, unchanged
 from .world import world_size
 
 BUDGET = 0.9
+NODE_GPUS = 8  # GPUs of one MI300X/MI325X/MI355X platform node (OAM baseboard), the node a change may rent
 # RAM an APU run should leave to the OS, the Python process and the dataloader: this package's margin,
 # not a published figure (docs/rdna4-strixhalo.md says so).
 HOST_RESERVE_GIB = 8.0
@@ -45,19 +51,61 @@ def device_budget(device: Device) -> tuple[float, str]:
     return torch_gib, f"torch's total_memory {torch_gib:.1f} GiB; {parts} = {unified_gib:.1f} GiB is the kernel's cap"
 
 
-def memory_fit(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
+@dataclass(frozen=True)
+class _Plan:
+    """Everything one estimate was made from, so that each change can be estimated the same way."""
+
+    shape: ModelShape
+    parameters: int
+    weight_bytes: int
+    built: ModelMemory | None
+    train: TrainingShape
+    est: Estimate
+    device_gib: float
+    used: str
+
+    def total(self, train: TrainingShape) -> float:
+        return estimate(self.shape, self.parameters, train, self.built).total_gib
+
+
+def _plan(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> _Plan | None:
     if ctx.model_config is None or not ctx.snapshot.devices or ctx.snapshot.torch.kind == "cpu":
-        return unchanged(config, env)
+        return None
     world = world_size(config, env, ctx)  # NNODES x NPROC_PER_NODE: ZeRO/FSDP shard over every rank
     built = ctx.built_model  # the dry run's count of the model LLaMA-Factory built; else the dense formula
     try:
         shape, parameters = shape_and_count(ctx.model_config)
         weight_bytes = checkpoint_weight_bytes(ctx.model_config)  # LLaMA-Factory loads the checkpoint's dtype
-        est = estimate(shape, parameters, TrainingShape.from_config(config, world, weight_bytes), built)
+        train = TrainingShape.from_config(config, world, weight_bytes)
+        est = estimate(shape, parameters, train, built)
     except UNESTIMABLE:  # a value that is not a number: LLaMA-Factory's parser refuses it, with the key
-        return unchanged(config, env)
+        return None
     smallest = min(ctx.snapshot.devices, key=lambda d: device_budget(d)[0])
     device_gib, used = device_budget(smallest)
+    return _Plan(shape, parameters, weight_bytes, built, train, est, device_gib, used)
+
+
+def estimate_numbers(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> dict[str, float] | None:
+    """The estimate as numbers, for ``--json``: GiB per device; None where there is none."""
+    plan = _plan(config, env, ctx)
+    if plan is None:
+        return None
+    est = plan.est
+    return {
+        "weights_gib": round(est.weights_gib, 2),
+        "trainable_gib": round(est.trainable_state_gib, 2),
+        "activations_gib": round(est.activations_gib, 2),
+        "logits_gib": round(est.logits_gib, 2),
+        "peak_gib": round(est.total_gib, 2),
+        "device_gib": round(plan.device_gib, 2),
+    }
+
+
+def memory_fit(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
+    plan = _plan(config, env, ctx)
+    if plan is None:
+        return unchanged(config, env)
+    est, device_gib, used, world = plan.est, plan.device_gib, plan.used, plan.train.world_size
     budget = BUDGET * device_gib
     starved = host_starved(ctx, est.total_gib)
     breakdown = (
@@ -82,9 +130,12 @@ def memory_fit(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) 
             ),
             *starved,
         )
-    batch = largest_fitting_batch(shape, parameters, config, budget, world, weight_bytes, built)
+    batch = largest_fitting_batch(plan.shape, plan.parameters, config, budget, world, plan.weight_bytes, plan.built)
     current = int(lf_value(config, "per_device_train_batch_size", 8))
-    if batch is not None and batch < current:
+    changes = fitting_changes(config, ctx, plan, budget)
+    if changes:
+        fix = "Changes that fit, cheapest first: " + "; ".join(f"{what} ({gib:.1f} GiB)" for what, gib in changes) + "."
+    elif batch is not None and batch < current:
         fix = f"Set per_device_train_batch_size: {batch} (raise gradient_accumulation_steps to keep the batch)."
     elif truthy(config.get("disable_gradient_checkpointing", False)):
         fix = "Remove disable_gradient_checkpointing (LLaMA-Factory checkpoints by default)."
@@ -152,3 +203,72 @@ def _sharding(config: Mapping[str, Any], world: int) -> str:
     if shape.zero_stage == 2 or (shape.zero_stage == 1 and shape.method != "lora"):
         return f"ZeRO-{shape.zero_stage} shards the trainable state over world {world}"
     return f"world {world}, nothing sharded"
+
+
+def fitting_changes(config: Mapping[str, Any], ctx: Context, plan: _Plan, budget_gib: float) -> list[tuple[str, float]]:
+    """Changes to the run that bring the estimate under ``budget_gib``, each with its new estimate, in
+    the order of what they cost the run: the same tokens per step in smaller batches, shorter sequences,
+    a smaller adapter, 4-bit base weights, sharding over the node's GPUs, then another GPU."""
+    train = plan.train
+    found: list[tuple[str, float]] = []
+
+    def consider(what: str, changed: TrainingShape) -> bool:
+        total = plan.total(changed)
+        if total <= budget_gib:
+            found.append((what, total))
+            return True
+        return False
+
+    accumulation = int(lf_value(config, "gradient_accumulation_steps", 1))
+    for batch in range(train.batch - 1, 0, -1):  # trainer: tokens per step = batch x accumulation
+        steps = math.ceil(train.batch * accumulation / batch)
+        what = f"per_device_train_batch_size: {batch} with gradient_accumulation_steps: {steps}"
+        if consider(what, replace(train, batch=batch)):
+            break
+    if not train.gradient_checkpointing:
+        consider("remove disable_gradient_checkpointing", replace(train, gradient_checkpointing=True))
+    cutoff = train.cutoff_len // 2
+    while cutoff >= 256:
+        if consider(f"cutoff_len: {cutoff}", replace(train, cutoff_len=cutoff)):
+            break
+        cutoff //= 2
+    if train.method == "lora" and train.lora_rank > 4:
+        rank = train.lora_rank // 2
+        smaller = plan
+        if plan.built is not None:  # LoRA's A and B are rank x (in + out): linear in the rank
+            ratio = rank / train.lora_rank
+            built = replace(
+                plan.built,
+                trainable_parameters=round(plan.built.trainable_parameters * ratio),
+                trainable_bytes=round(plan.built.trainable_bytes * ratio),
+            )
+            smaller = replace(plan, built=built)
+        total = smaller.total(replace(train, lora_rank=rank))
+        if total <= budget_gib:
+            found.append((f"lora_rank: {rank}", total))
+    if train.method == "lora" and not train.quantization_bit:
+        consider("quantization_bit: 4 (QLoRA, where bitsandbytes runs on the arch)", replace(train, quantization_bit=4))
+    gpus = len(ctx.snapshot.devices)
+    if gpus > 1 and train.zero_stage < 3:
+        world = max(train.world_size, gpus)
+        consider(f"DeepSpeed ZeRO-3 over the node's {world} GPUs", replace(train, zero_stage=3, world_size=world))
+    peak = plan.est.total_gib
+    fitting = [
+        product
+        for info in ctx.catalogue.archs.values()
+        for product in info.products
+        if not product.integrated and product.vram_gib * BUDGET >= peak
+    ]
+    if fitting:
+        product = min(fitting, key=lambda p: p.vram_gib)
+        found.append((f"one {product.name} ({product.vram_gib:.0f} GiB, --gpu {product.alias})", peak))
+        return found
+    largest = max(
+        (p for info in ctx.catalogue.archs.values() for p in info.products if not p.integrated),
+        key=lambda p: p.vram_gib,
+    )
+    node = replace(train, zero_stage=3, world_size=max(train.world_size, NODE_GPUS))
+    total = plan.total(node)
+    if total <= largest.vram_gib * BUDGET:
+        found.append((f"{NODE_GPUS} x {largest.name} with DeepSpeed ZeRO-3 (--gpu {largest.alias})", total))
+    return found
