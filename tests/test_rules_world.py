@@ -294,7 +294,17 @@ def test_ray_on_a_machine_without_a_gpu_is_refused_it_never_schedules():
     env = {"USE_RAY": "1", "RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES": "1"}
     (refused,) = world.ray_visible_devices(CONFIG, env, make_ctx("cpu_only")).findings
     assert refused.code == "RAY_CPU_UNSCHEDULABLE" and refused.level is Level.ERROR
-    assert "10 CPUs per device" in refused.message
+    # LLaMA-Factory's own bundle, read from its source on either line (get_placement_group: bundle = {"CPU": 10},
+    # plus a device entry only where get_device_name is not CPU)
+    import inspect
+
+    from llamafactory_rocm.lf.text_only import text_only_llamafactory
+
+    with text_only_llamafactory():
+        from llamafactory.train.trainer_utils import get_placement_group
+    source = inspect.getsource(get_placement_group)
+    cpus = int(source.split('bundle = {"CPU": ')[1].split("}")[0])
+    assert f"bundle of {{'CPU': {cpus}}} per device" in refused.message
     assert world.ray_visible_devices(CONFIG, env, make_ctx("cuda_h200")).findings == []  # a GPU: not ROCm's
 
 

@@ -423,13 +423,17 @@ def ray_visible_devices(config: Mapping[str, Any], env: Mapping[str, str], ctx: 
 
 
 def _ray_on_cpu() -> Finding:
-    # LLaMA-Factory 0.9.5 asks one bundle of {"CPU": 10} per device, and on CPU the devices are the CPUs.
+    from ..lf.ray_bundle import placement_bundle
+
+    # LLaMA-Factory's get_placement_group: one bundle per device; on a machine without a GPU the devices
+    # are the CPUs (get_device_count), each asking the bundle below: more CPUs than the machine has.
+    bundle = placement_bundle("cpu")
     return Finding(
         code="RAY_CPU_UNSCHEDULABLE",
         level=Level.ERROR,
         key="USE_RAY",
         message="USE_RAY=1 on a machine without a GPU: LLaMA-Factory's Ray launcher asks for one placement "
-        "bundle of 10 CPUs per device, and without a GPU every CPU counts as a device, so Ray can never "
+        f"bundle of {bundle} per device, and without a GPU every CPU counts as a device, so Ray can never "
         "place it and the run waits for ever ('No available node types can fulfill resource request').",
         fix="Unset USE_RAY (torchrun: FORCE_TORCHRUN=1 NPROC_PER_NODE=N), or run Ray where the workers have GPUs.",
     )
