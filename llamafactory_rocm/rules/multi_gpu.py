@@ -19,7 +19,8 @@ def multi_gpu_notices(config: Mapping[str, Any], env: Mapping[str, str], ctx: Co
     findings = []
     if snap.iommu_pt is False:  # None: unknown (a planned target, or /proc/cmdline unreadable)
         findings.append(iommu_pt_missing(f"{count} GPUs"))
-    if "gfx942" in snap.gpu_base_archs and count in (2, 4):
+    infos = [(arch, info) for arch, info in ctx.arch_infos() if info is not None]
+    if any(count in info.slow_partial_node_gpu_counts for _, info in infos):  # MI300X: 1 or 8 per job
         findings.append(
             Finding(
                 code="MI300X_PARTIAL_NODE",
@@ -30,7 +31,7 @@ def multi_gpu_notices(config: Mapping[str, Any], env: Mapping[str, str], ctx: Co
             )
         )
     p2p_off = env.get("NCCL_P2P_DISABLE") == "1"
-    if "gfx1100" in snap.gpu_base_archs:
+    if any(info.multi_gpu_ddp_report for _, info in infos):  # RX 7900 XTX
         findings.append(
             Finding(
                 code="RDNA3_DDP_KNOWN_ISSUE",
@@ -49,7 +50,7 @@ def multi_gpu_notices(config: Mapping[str, Any], env: Mapping[str, str], ctx: Co
                 + "if the ranks still hang at start, train on one GPU (HIP_VISIBLE_DEVICES=0).",
             )
         )
-    rdna4 = [a for a in snap.gpu_base_archs if a in ("gfx1200", "gfx1201")]
+    rdna4 = [arch for arch, info in infos if info.p2p_hang]  # RDNA4 Radeons
     if rdna4 and not p2p_off:
         findings.append(
             Finding(

@@ -22,13 +22,6 @@ from ..findings import Finding, Level
 from .base import Context, Step, env_enabled, lf_value, unchanged
 from .multi_gpu import iommu_pt_missing
 
-# AMD's MI300X settings for multi-GPU training (docs/rocm-facts.md#f10, #w3): name -> value.
-MI300X_ENV = {
-    "NCCL_MIN_NCHANNELS": "112",
-    "TORCH_NCCL_HIGH_PRIORITY": "1",
-    "HIP_FORCE_DEV_KERNARG": "1",
-    "HSA_NO_SCRATCH_RECLAIM": "1",
-}
 LOOPBACK = ("127.", "localhost", "::1")
 
 
@@ -352,11 +345,13 @@ def network(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> 
             )
         if ctx.snapshot.iommu_pt is False and len(ctx.snapshot.devices) < 2:  # 2+: multi_gpu says it
             findings.append(iommu_pt_missing(f"{world.nodes} nodes"))
-    if "gfx942" in ctx.snapshot.gpu_base_archs:
-        wanted = {k: v for k, v in MI300X_ENV.items() if env.get(k) != v}
+    # AMD's RCCL settings for the arch (catalogue rccl_env; MI300X: docs/rocm-facts.md#f10, #w3)
+    tuned = next((info.rccl_env for _, info in ctx.arch_infos() if info is not None and info.rccl_env), {})
+    if tuned:
+        wanted = {k: v for k, v in tuned.items() if env.get(k) != v}
         if wanted:
             said = [
-                ("set: " + ", ".join(f"{k}={v}" for k, v in MI300X_ENV.items() if k not in wanted)),
+                ("set: " + ", ".join(f"{k}={v}" for k, v in tuned.items() if k not in wanted)),
                 ("set otherwise: " + ", ".join(f"{k}={env[k]}" for k in wanted if env.get(k))),
                 ("missing: " + ", ".join(k for k in wanted if not env.get(k))),
             ]
