@@ -95,8 +95,6 @@ def test_the_input_is_never_modified_and_pure_bf16_is_never_dropped(
     assert config == before  # the input is resolved as a copy
     if report.ok and config.get("pure_bf16") is True:  # honoured or refused, never dropped
         assert report.config["pure_bf16"] is True
-    if not report.ok:
-        assert any(f.level.value == "error" for f in report.findings)
 
 
 @pytest.mark.trainer
