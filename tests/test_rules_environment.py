@@ -4,6 +4,7 @@ Recorded snapshots built from published facts (docs/rocm-facts.md#n7, #n8, #n13,
 """
 
 import json
+import sys
 
 import pytest
 
@@ -139,3 +140,36 @@ def test_a_version_not_read_says_nothing():
         snap = ctx.snapshot.model_copy(update={"host": ctx.snapshot.host.model_copy(update=update)})
         unread = Context(snapshot=snap, catalogue=ctx.catalogue, known_keys=ctx.known_keys)
         assert codes(environment.rocm_version_mismatch({}, {}, unread)) == []
+
+
+def test_ops_deepspeed_built_at_install_are_not_jit_built(tmp_path, monkeypatch):
+    """DeepSpeed's installer records the ops it built in deepspeed/git_version_info_installed.py
+    (installed_ops, read by its git_version_info and ds_report); the probe reads that record, and the
+    JIT rules leave those ops out. The oracle is Python importing the record as DeepSpeed does."""
+    import importlib
+
+    from llamafactory_rocm.machine.probe import read_deepspeed_prebuilt_ops
+
+    package = tmp_path / "site" / "deepspeed"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "git_version_info_installed.py").write_text(
+        "version='0.16.9'\ninstalled_ops={'async_io': False, 'fused_adam': True, 'cpu_adam': True}\n"
+        "compatible_ops={'async_io': False, 'fused_adam': True, 'cpu_adam': True}\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.delitem(sys.modules, "deepspeed", raising=False)
+    importlib.invalidate_caches()
+    recorded = importlib.import_module("deepspeed.git_version_info_installed").installed_ops
+    assert read_deepspeed_prebuilt_ops() == sorted(op for op, built in recorded.items() if built)
+    offload = ds_config(tmp_path, zero_optimization={"stage": 3, "offload_optimizer": {"device": "cpu"}})
+    assert environment.jit_ops(offload, read_deepspeed_prebuilt_ops()) == []
+    assert environment.jit_ops(offload, ["fused_adam"]) == ["CPUAdam (offload_optimizer: cpu)"]
+    ctx = make_ctx("rx7900xtx_rocm_mismatch")
+    snap = ctx.snapshot.model_copy(deep=True)
+    snap.host.ninja = False
+    bare = Context(snapshot=snap, catalogue=ctx.catalogue, known_keys=ctx.known_keys)
+    assert codes(environment.jit_toolchain(offload, {}, bare)) == ["JIT_TOOLCHAIN_MISSING"]
+    snap.deepspeed_prebuilt_ops = read_deepspeed_prebuilt_ops()
+    assert codes(environment.jit_toolchain(offload, {}, bare)) == []  # built at install: nothing to build
+    assert codes(environment.rocm_version_mismatch(offload, {}, bare)) in ([], ["ROCM_VERSION_MISMATCH"])

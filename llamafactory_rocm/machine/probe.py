@@ -258,6 +258,31 @@ def probe_packages() -> dict[str, str | None]:
     return found
 
 
+def read_deepspeed_prebuilt_ops() -> list[str] | None:
+    """The ops DeepSpeed's installer built (``DS_BUILD_OPS=1`` / ``DS_BUILD_CPU_ADAM=1`` ...): its setup.py
+    writes them as ``installed_ops = {...}`` to deepspeed/git_version_info_installed.py, which
+    git_version_info.py imports. Read with ``ast``, never imported (importing deepspeed starts its
+    accelerator); None where DeepSpeed or the file is absent (a JIT-only install has no such file)."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec("deepspeed")
+    for root in list(spec.submodule_search_locations or []) if spec is not None else []:
+        path = Path(root) / "git_version_info_installed.py"
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "installed_ops" for t in node.targets):
+                try:
+                    ops = ast.literal_eval(node.value)
+                except ValueError:
+                    return None
+                return sorted(name for name, built in ops.items() if built) if isinstance(ops, dict) else None
+    return None
+
+
 def read_iommu_pt(path: Path = Path("/proc/cmdline")) -> bool | None:
     """Whether the kernel was booted with iommu=pt; None when unreadable.
 
@@ -279,6 +304,7 @@ def take_snapshot() -> Snapshot:
         kfd_nodes=probe_kfd(),
         env=relevant_env(),
         packages=probe_packages(),
+        deepspeed_prebuilt_ops=read_deepspeed_prebuilt_ops(),
         iommu_pt=read_iommu_pt(),
         access=probe_access(),
         python=platform.python_version(),

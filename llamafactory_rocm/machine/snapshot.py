@@ -232,6 +232,11 @@ class Snapshot(BaseModel):
     packages: dict[str, str | None] = Field(
         default_factory=dict, description="versions of flash_attn, bitsandbytes, deepspeed, ..."
     )
+    deepspeed_prebuilt_ops: list[str] | None = Field(
+        default=None,
+        description="DeepSpeed ops built when DeepSpeed was installed (its git_version_info_installed.py "
+        "installed_ops): those are loaded, not JIT-built at launch; None when not read",
+    )
     iommu_pt: bool | None = Field(
         default=None,
         description="the kernel command line has iommu=pt (RCCL wants it); None when unknown. "

@@ -62,19 +62,24 @@ def page_fault_workaround(config: Mapping[str, Any], env: Mapping[str, str], ctx
     )
 
 
-def jit_ops(config: Mapping[str, Any]) -> list[str]:
-    """DeepSpeed ops the config makes DeepSpeed JIT-build (docs/rocm-facts.md#n13): CPUAdam for an
-    optimizer offloaded to the CPU, FusedAdam for a DeepSpeed Adam/AdamW on the GPU."""
+# The op DeepSpeed's engine builds for an optimizer (deepspeed/runtime/engine.py _configure_basic_optimizer:
+# an optimizer offloaded to the CPU is DeepSpeedCPUAdam, an Adam/AdamW on the GPU FusedAdam), by the name
+# its op builder and installed_ops use (op_builder/cpu_adam.py NAME "cpu_adam", fused_adam.py "fused_adam").
+def jit_ops(config: Mapping[str, Any], prebuilt: list[str] | None = None) -> list[str]:
+    """DeepSpeed ops the config makes DeepSpeed JIT-build at launch (docs/rocm-facts.md#n13): CPUAdam for an
+    optimizer offloaded to the CPU, FusedAdam for a DeepSpeed Adam/AdamW on the GPU; not those DeepSpeed's
+    installer already built on this machine (``prebuilt``: the snapshot's ``deepspeed_prebuilt_ops``)."""
     ds = deepspeed_json(config)
     if not ds:
         return []
     zero = ds.get("zero_optimization") if isinstance(ds.get("zero_optimization"), dict) else {}
     offload = zero.get("offload_optimizer") if isinstance(zero.get("offload_optimizer"), dict) else {}
     optimizer = ds.get("optimizer") if isinstance(ds.get("optimizer"), dict) else {}
+    built = set(prebuilt or ())
     if str(offload.get("device", "none")).lower() == "cpu":
-        return ["CPUAdam (offload_optimizer: cpu)"]
+        return [] if "cpu_adam" in built else ["CPUAdam (offload_optimizer: cpu)"]
     if str(optimizer.get("type", "")).lower() in {"adam", "adamw"}:
-        return [f"FusedAdam (optimizer {optimizer['type']})"]
+        return [] if "fused_adam" in built else [f"FusedAdam (optimizer {optimizer['type']})"]
     return []
 
 
@@ -112,7 +117,7 @@ def rocm_version_mismatch(config: Mapping[str, Any], env: Mapping[str, str], ctx
         return unchanged(config, env)  # not read (unknown layout, several TheRock installs): nothing said
     if not hip_and_rocm_majors_differ(hip, system):
         return unchanged(config, env)
-    ops = jit_ops(config)
+    ops = jit_ops(config, ctx.snapshot.deepspeed_prebuilt_ops)
     where = f"/opt/rocm/{host.system_rocm_file}" if host.system_rocm_file else "/opt/rocm/.info/version"
     consequence = (
         f"DeepSpeed will build {', '.join(ops)} against ROCm {system} and stop on its HIP version check"
@@ -141,7 +146,7 @@ def rocm_version_mismatch(config: Mapping[str, Any], env: Mapping[str, str], ctx
 def jit_toolchain(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     if not ctx.rocm:
         return unchanged(config, env)
-    ops = jit_ops(config)
+    ops = jit_ops(config, ctx.snapshot.deepspeed_prebuilt_ops)
     host = ctx.snapshot.host
     missing = [name for name, have in (("ninja", host.ninja), ("hipcc", host.hipcc), ("ROCM_HOME", host.rocm_home))
                if have is False]  # fmt: skip
