@@ -247,3 +247,49 @@ def test_a_key_that_is_not_a_name_is_one_line(workdir):
 def test_a_snapshot_that_is_a_pipe_is_refused_without_reading_it(workdir):
     os.mkfifo(workdir / "snap.json")
     assert_one_line_usage_error(check(["good.yaml", "--snapshot", "snap.json"], workdir), "not a regular file")
+
+
+INTERRUPTED_AT_THE_CONFIG = """
+import os, signal, sys
+config = os.path.abspath(sys.argv[1])
+def interrupt(event, args):  # a real SIGINT, as Ctrl-C sends it, the moment the config file is opened
+    if event == "open" and args and str(args[0]) == config:
+        os.kill(os.getpid(), signal.SIGINT)
+sys.addaudithook(interrupt)
+from llamafactory_rocm.cli.main import main
+sys.exit(main(["check", config]))
+"""
+
+
+def test_ctrl_c_exits_128_plus_sigint_in_one_line(workdir):
+    """Oracle: the shell's convention for a command a signal stopped, 128 + the signal's number."""
+    import signal
+
+    result = subprocess.run(
+        [sys.executable, "-c", INTERRUPTED_AT_THE_CONFIG, "good.yaml"],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 128 + signal.SIGINT == 130, result.stderr
+    assert result.stderr.strip().splitlines() == ["llamafactory-rocm: interrupted"]
+
+
+@pytest.mark.parametrize("command", [["explain"], ["check", "good.yaml"]])
+def test_output_closed_early_exits_128_plus_sigpipe_quietly(workdir, command):
+    """`llamafactory-rocm ... | head`, with the reader gone before anything is written. Oracle: 128 + SIGPIPE,
+    as a shell reports a command SIGPIPE stopped; nothing on stderr."""
+    import signal
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llamafactory_rocm.cli.main", *command],
+        cwd=workdir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    proc.stdout.close()  # the reader is gone: every write gets EPIPE
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 128 + signal.SIGPIPE == 141, err
+    assert err == ""
