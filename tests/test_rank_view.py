@@ -83,12 +83,15 @@ def test_the_rank_view_leaves_no_process_group_and_the_environment_as_it_was(tin
 
     monkeypatch.setenv("FORCE_TORCHRUN", "1")
     monkeypatch.setenv("NPROC_PER_NODE", "2")
-    before = dict(os.environ)
+    import torch
+
+    before, threads = dict(os.environ), torch.get_num_threads()
     report = check_config(tiny_train_config(tiny_model, tmp_path / "out", max_steps=1), env=dict(os.environ))
     assert report.ok, [f.line() for f in report.findings if f.level is Level.ERROR]
     assert "JUDGED_AS_RANK" in [f.code for f in report.findings]
     assert not dist.is_initialized()
     assert dict(os.environ) == before
+    assert torch.get_num_threads() == threads
 
 
 # -- the node corpus: the check's verdict against stock LLaMA-Factory in the same world -----------------
@@ -242,3 +245,19 @@ def test_a_refusal_on_a_simulated_two_gpu_node_stops_both_ranks_said_once(tiny_m
     assert "learning_rate" in log  # the fix names the real key
     assert "This is a bug" not in log
     assert not (tmp_path / "out" / "trainer_state.json").exists()
+
+
+def test_planning_keeps_deepspeeds_resume_of_a_zero3_checkpoint(tiny_model, tmp_path):
+    """Planning drops the deepspeed: key from the dry run (DeepSpeed and torchrun are the target's), but the
+    checkpoint is still judged as DeepSpeed resumes it: a ZeRO-3 folder (latest + global_step*, no gathered
+    weights) is what transformers' deepspeed_load_checkpoint reads, so it is not CHECKPOINT_NOT_LOADABLE."""
+    from tests.test_verdict_corpus import deepspeed_zero3_checkpoint
+
+    config = tiny_train_config(tiny_model, tmp_path / "out", max_steps=30)
+    deepspeed_zero3_checkpoint(True)(tmp_path, config)
+    report = check_config(config, gpu="mi300x", env={"NPROC_PER_NODE": "8"})
+    codes = [f.code for f in report.findings]
+    assert "CHECKPOINT_NOT_LOADABLE" not in codes, [f.line() for f in report.findings if f.level is Level.ERROR]
+    assert "JUDGED_AS_RANK" in codes
+    without = {k: v for k, v in config.items() if k != "deepspeed"}  # the same folder without DeepSpeed is refused
+    assert "CHECKPOINT_NOT_LOADABLE" in [f.code for f in check_config(without, gpu="mi300x").findings]

@@ -92,11 +92,15 @@ def judged_as(world: RankWorld | None) -> Iterator[Callable[[Mapping[str, Any]],
             os.environ.update(saved)
         return
     os.environ.update(world.environ(saved))
+    import torch
+
+    threads = torch.get_num_threads()  # accelerate's CPU ranks set it (PartialState, OMP_NUM_THREADS unset)
     started = _fake_process_group(world)
     try:
         yield dict
     finally:
         _end_process_group(started)
+        torch.set_num_threads(threads)
         for name in DISTRIBUTED_ENV:
             os.environ.pop(name, None)
         os.environ.update(saved)

@@ -168,10 +168,9 @@ def dry_launch_findings(config: Mapping[str, Any], snapshot: Snapshot) -> tuple[
 
     answers = device_answers(snapshot)
     args = dict(config)
-    if answers is not None:
-        args.pop("deepspeed", None)  # its JSON needs DeepSpeed and torchrun on the target
+    planned_deepspeed = answers is not None and bool(args.pop("deepspeed", None))  # its JSON needs DeepSpeed
     with device_answers_patched(answers):  # a planned target answers where LLaMA-Factory asks the device
-        dry = dry_launch(args)
+        dry = dry_launch(args, deepspeed_elsewhere=planned_deepspeed)  # a ZeRO checkpoint resumes as DeepSpeed's
     findings = []
     for finding in dry.findings:
         if answers is not None and finding.level is Level.ERROR and finding.code in _TARGET_DEPENDENT:

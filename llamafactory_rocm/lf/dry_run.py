@@ -107,8 +107,11 @@ class DryRun:
         self.findings.append(Finding(code=code, level=level, message=message, fix=fix, key=key))
 
 
-def dry_launch(config: Mapping[str, Any], *, rows_cap: int = 256) -> DryRun:
-    """Run LLaMA-Factory's launch on ``config`` (a dict as ``run_exp(args=...)`` receives it), dry."""
+def dry_launch(config: Mapping[str, Any], *, rows_cap: int = 256, deepspeed_elsewhere: bool = False) -> DryRun:
+    """Run LLaMA-Factory's launch on ``config`` (a dict as ``run_exp(args=...)`` receives it), dry.
+    ``deepspeed_elsewhere``: the run is a DeepSpeed one on the target, though its ``deepspeed:`` key was left
+    out here (planning: DeepSpeed and torchrun are the target's); a checkpoint is then judged as DeepSpeed
+    resumes it."""
     run = DryRun()
     with text_only_llamafactory():
         import llamafactory.data
@@ -130,11 +133,15 @@ def dry_launch(config: Mapping[str, Any], *, rows_cap: int = 256) -> DryRun:
             run.skip("LLaMA-Factory's launch after get_train_args", f"get_train_args refused the config: {_words(exc)}")
             return run
         run.timings["parse"] = time.perf_counter() - start
-        _Launch(run, tmp, rows_cap, *args[:4]).go()
+        launch = _Launch(run, tmp, rows_cap, *args[:4])
+        launch.deepspeed_elsewhere = deepspeed_elsewhere
+        launch.go()
     return run
 
 
 class _Launch:
+    deepspeed_elsewhere = False  # see dry_launch
+
     def __init__(self, run: DryRun, tmp: Path, rows_cap: int, model_args, data_args, training_args, finetuning_args):
         self.run, self.tmp, self.rows_cap = run, tmp, rows_cap
         self.model_args, self.data_args = model_args, data_args
@@ -179,6 +186,8 @@ class _Launch:
             self.timed("data", self.data)
         if reachable:
             self.timed("model", self.build_model)
+        if reachable and self.tokenizer_module is not None:  # dpo/kto's reference, ppo's reward model
+            self.timed("workflow models", self.workflow_models)
         self.timed("resume", self.check_resume)
         self.timed("trainer", self.trainer_setup)
 
@@ -403,29 +412,25 @@ class _Launch:
 
     # -- 5. model on the meta device --------------------------------------------------------------
     def build_model(self) -> None:
-        import torch
         from llamafactory.model import load_model
 
         if self.tokenizer_module is None:
             return
+        from .dry_load import meta_load_model
+
         is_trainable = self.training_args.do_train
         add_valuehead = adds_valuehead(self.run.stage)  # run_rm / run_ppo: load_model(..., add_valuehead=True)
-        saved = self.model_args.train_from_scratch
-        # loader.py load_model: `if model_args.train_from_scratch: model = load_class.from_config(config, ...)`
-        # else `load_class.from_pretrained(**init_kwargs)`: the one call that reads weights. Under torch's
-        # meta default device every tensor a constructor makes (nn.Parameter(torch.zeros(...)) in MoE
-        # experts included) is a meta tensor: nothing is allocated; the rest of load_model (patch_config,
-        # patch_model, init_adapter, the value head) runs as in the real run.
-        self.model_args.train_from_scratch = True
+        # lf/dry_load.py meta_load_model: load_model with its from_config branch under torch's meta default
+        # device (nn.Parameter(torch.zeros(...)) in MoE experts included: nothing is allocated); the rest of
+        # load_model (patch_config, patch_model, init_adapter, the value head) runs as in the real run.
         try:
-            with torch.device("meta"):
-                self.model = load_model(
-                    self.tokenizer_module["tokenizer"],
-                    self.model_args,
-                    self.finetuning_args,
-                    is_trainable,
-                    add_valuehead,
-                )
+            self.model = meta_load_model(load_model)(
+                self.tokenizer_module["tokenizer"],
+                self.model_args,
+                self.finetuning_args,
+                is_trainable,
+                add_valuehead,
+            )
         except Exception as exc:
             text = _words(exc)
             if _meta_limitation(exc):  # a step that needs real weights (e.g. PiSSA's SVD): not a verdict
@@ -437,12 +442,16 @@ class _Launch:
                 fix=_module_fix(self.finetuning_args.finetuning_type),
                 key=_module_key(self.finetuning_args.finetuning_type, text),
             )
-        finally:
-            self.model_args.train_from_scratch = saved
         if self.model is not None:
             self.run.built = count_model(self.model)
         if self.model is not None and self.tokenized_max_id is not None:
             self.check_tokenized_ids()
+
+    def workflow_models(self) -> None:
+        from .dry_load import workflow_models
+
+        args = (self.run.stage, self.model_args, self.finetuning_args, self.training_args.do_train, self.model)
+        workflow_models(self.run, *args)
 
     def check_tokenized_ids(self) -> None:
         embeddings = _input_embeddings(self.model)
@@ -466,7 +475,7 @@ class _Launch:
         if not checkpoint or not self.training_args.do_train:
             return
         checkpoint = str(checkpoint)
-        deepspeed = bool(self.training_args.deepspeed)
+        deepspeed = bool(self.training_args.deepspeed) or self.deepspeed_elsewhere
         resume = Resume(checkpoint=checkpoint)
         self.run.resume = resume
         if not os.path.isdir(checkpoint) or not checkpoint_loadable(checkpoint, deepspeed=deepspeed):
