@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ..findings import Finding, Level
-from .dry_run import DryRun, _hub_offline, _words
+from .dry_run import DryRun, _hub_offline, _meta_limitation, _words
 from .text_only import text_only_llamafactory
 from .verdict import _quiet, _restored_environ
 
@@ -132,16 +132,17 @@ def meta_load_model(load_model: Callable[..., Any]) -> Callable[..., Any]:
     """LLaMA-Factory's ``load_model`` (``model/loader.py``) building the model on the meta device.
 
     loader.py: ``if model_args.train_from_scratch: model = load_class.from_config(config, ...)`` else
-    ``load_class.from_pretrained(**init_kwargs)``, the one call that reads weights. Under accelerate's
-    ``init_empty_weights`` every parameter is created on the meta device; the rest (patch_config,
-    patch_model, init_adapter, the value head) runs as in the real run."""
-    import accelerate
+    ``load_class.from_pretrained(**init_kwargs)``, the one call that reads weights. Under torch's meta
+    default device every tensor a constructor makes is a meta tensor (nothing is allocated); the rest of
+    load_model (patch_config, patch_model, init_adapter, the value head) runs as in the real run. Used by
+    the training dry run (lf/dry_run.py) and by the after-training commands here."""
+    import torch
 
     def load(tokenizer: Any, model_args: Any, finetuning_args: Any, *args: Any, **kwargs: Any) -> Any:
         saved = model_args.train_from_scratch
         model_args.train_from_scratch = True
         try:
-            with accelerate.init_empty_weights():
+            with torch.device("meta"):
                 return load_model(tokenizer, model_args, finetuning_args, *args, **kwargs)
         finally:
             model_args.train_from_scratch = saved
@@ -236,6 +237,9 @@ _STEP_CODE = {  # step -> (code, what refused, fix, key)
 def _refused(run: DryRun, stage: str, exc: BaseException, config: Mapping[str, Any]) -> None:
     code, what, fix, key = _STEP_CODE.get(stage, _STEP_CODE["model"])
     text = _words(exc)
+    if _meta_limitation(exc):  # a step that needs real weights (an op without a meta kernel): not a verdict
+        run.skip(f"{what} and what follows", f"it needs real weights: {text}")
+        return
     hint = _folder_hint(config, text)
     if stage == "generate":
         key = _generation_key(text) or key
@@ -404,6 +408,73 @@ class _ModelView:
         self.config = model.config
 
 
+# -- the workflow's other models (training) ----------------------------------------------------------
+_WORKFLOW_CODE = {  # which model -> (code, fix, key)
+    "reference": (
+        "REF_MODEL_NOT_LOADABLE",
+        "Point ref_model at a model folder or Hub id (with ref_model_adapters for an adapter on it), or remove "
+        "ref_model: with LoRA the policy with its adapter disabled is the reference.",
+        "ref_model",
+    ),
+    "reward": (
+        "REWARD_MODEL_NOT_LOADABLE",
+        "Point reward_model at the reward model training wrote (stage: rm): a model folder for "
+        "reward_model_type: full, its adapter folder (with its value head) for lora.",
+        "reward_model",
+    ),
+}
+
+
+def workflow_models(
+    run: DryRun, stage: str | None, model_args: Any, finetuning_args: Any, do_train: bool, model: Any
+) -> None:
+    """The models a training workflow builds besides the policy, as it builds them, on the meta device:
+    dpo/kto's reference model and ppo's reference and reward models (LLaMA-Factory's own ``create_ref_model``
+    and ``create_reward_model`` in train/trainer_utils.py, with their ``load_model`` building on meta)."""
+    with text_only_llamafactory():
+        from llamafactory.train import trainer_utils
+
+    calls: list[tuple[str, Callable[[], Any]]] = []
+    if stage == "dpo":
+        # train/dpo/workflow.py run_dpo: `if finetuning_args.use_ref_model: if finetuning_args.ref_model is None
+        # and (not training_args.do_train): ref_model = model else: ref_model = create_ref_model(...)`
+        if finetuning_args.use_ref_model and (finetuning_args.ref_model is not None or do_train):
+            calls.append(("reference", lambda: trainer_utils.create_ref_model(model_args, finetuning_args)))
+    elif stage == "kto":
+        # train/kto/workflow.py run_kto: `if finetuning_args.ref_model is None and (not training_args.do_train):
+        # ref_model = model else: ref_model = create_ref_model(model_args, finetuning_args)`
+        if finetuning_args.ref_model is not None or do_train:
+            calls.append(("reference", lambda: trainer_utils.create_ref_model(model_args, finetuning_args)))
+    elif stage == "ppo":
+        # train/ppo/workflow.py run_ppo: create_ref_model(..., add_valuehead=True), then create_reward_model
+        calls.append(("reference", lambda: trainer_utils.create_ref_model(model_args, finetuning_args, True)))
+        if model is not None:
+            calls.append(("reward", lambda: trainer_utils.create_reward_model(model, model_args, finetuning_args)))
+    if not calls:
+        return
+    original = trainer_utils.load_model
+    trainer_utils.load_model = meta_load_model(original)
+    try:
+        for which, call in calls:
+            try:
+                call()
+            except Exception as exc:
+                text = _words(exc)
+                if _meta_limitation(exc):
+                    run.skip(f"the {which} model", f"it needs real weights: {text}")
+                    continue
+                code, fix, key = _WORKFLOW_CODE[which]
+                run.error(
+                    code=code,
+                    message=f"LLaMA-Factory's {stage} workflow builds its {which} model (train/trainer_utils.py, "
+                    f"built here on the meta device) after loading the policy, and it refused: {text}",
+                    fix=fix,
+                    key=key,
+                )
+    finally:
+        trainer_utils.load_model = original
+
+
 # -- entry -------------------------------------------------------------------------------------------
 def _reachable(run: DryRun, model_args: Any) -> bool:
     """The training dry run's own reachability step (lf/dry_run.py ``_Launch.reachable``)."""
@@ -460,4 +531,5 @@ __all__ = [
     "dry_load_findings",
     "meta_load_model",
     "package_findings",
+    "workflow_models",
 ]
