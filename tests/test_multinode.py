@@ -316,3 +316,26 @@ def test_the_slurm_script_starts_the_preset_on_every_node_from_slurms_variables(
         assert needed in script, needed
     result = subprocess.run(["bash", "-n", "-c", script], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_train_accept_reaches_every_rank_and_the_node_agreement(tiny_model, tmp_path, monkeypatch):
+    """`llamafactory-rocm train --accept NODES_DISAGREE` is read once, in the request, and exported: the ranks'
+    hook and the node agreement read LLAMAFACTORY_ROCM_ACCEPT (train/agreement.py _accepted)."""
+    import os
+
+    from llamafactory_rocm.findings import ACCEPT_ENV
+    from llamafactory_rocm.train import agreement, launch
+
+    monkeypatch.delenv(ACCEPT_ENV, raising=False)
+    monkeypatch.chdir(tmp_path)
+    seen = {}
+
+    def handed_over(resolved):  # where LLaMA-Factory's launcher would start the ranks with this environment
+        seen.update(accept=os.environ.get(ACCEPT_ENV), agreement=agreement._accepted())
+        return EXIT_OK
+
+    monkeypatch.setattr(launch, "hand_over", handed_over)
+    path = tmp_path / "train.yaml"
+    path.write_text(yaml.safe_dump(tiny_train_config(tiny_model, tmp_path / "out", max_steps=1)))
+    assert launch.train([str(path)], accept="NODES_DISAGREE") == EXIT_OK
+    assert seen == {"accept": "NODES_DISAGREE", "agreement": True}
