@@ -349,3 +349,29 @@ def test_the_package_verdict_is_llamafactorys_availability_functions(command: st
     missing = "COMMAND_PACKAGES_MISSING" in _error_codes(report)
     assert missing == (not all(answers))
     assert report.ok == all(answers), [f.line() for f in report.findings if f.level is Level.ERROR]
+
+
+def test_the_install_line_installs_what_llamafactory_asks_for():
+    """``pip install -e ".[webui]"`` (pyproject's extra) holds each package LLaMA-Factory's api and webui
+    modules ask ``_is_package_available`` for (recorded while their own availability functions run)."""
+    import tomllib
+    from packaging.requirements import Requirement
+
+    from llamafactory_rocm.lf.dry_load import EXTRA, command_packages
+
+    root = Path(__file__).resolve().parents[1]
+    extra = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"][EXTRA]
+    names = {Requirement(r).name.lower().replace("_", "-") for r in extra}
+    asked = {p.distribution for command in ("api", "webchat") for p in command_packages(command)}
+    assert asked == {"fastapi", "sse-starlette", "uvicorn", "gradio"}  # LLaMA-Factory 0.9.5 and main
+    assert asked <= names
+
+
+def test_save_pretrained_still_writes_nothing_into_a_file():
+    """The line the export_dir check follows (transformers' PreTrainedModel.save_pretrained)."""
+    import inspect
+
+    from transformers import PreTrainedModel
+
+    source = inspect.getsource(PreTrainedModel.save_pretrained)
+    assert "if os.path.isfile(save_directory):" in source

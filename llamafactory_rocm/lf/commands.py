@@ -7,7 +7,8 @@ construct); ``eval`` with ``get_eval_args`` (``Evaluator.__init__`` in ``llamafa
 Each parser refuses keys its dataclasses do not define (``_parse_args`` passes ``allow_extra_keys`` only
 when ``ALLOW_EXTRA_ARGS`` is set), so a training key left in an export config is refused by
 LLaMA-Factory itself: ``command_verdict`` reports exactly that, in LLaMA-Factory's words
-(docs/after-training.md#t8).
+(docs/after-training.md#t8). For export, chat, api and webchat it then builds the command dry
+(lf/dry_load.py, docs/after-training.md#t10) and reports its first refusal.
 """
 
 from __future__ import annotations

@@ -6,7 +6,9 @@
 when LLaMA-Factory imports those modules; ``LLAMAFACTORY_ROCM=0`` leaves them stock.
 
 Each wrapper reads the config as LLaMA-Factory does (``read_args``: the YAML in argv, flags or a dict),
-runs the same check as ``check --for <command>`` (``run_check`` with ``command``), and then:
+runs the same check as ``check --for <command>`` (``run_check`` with ``command``: the command's parser, then
+the command built dry with the model on the meta device and the packages it imports, lf/dry_load.py), so a
+missing adapter folder or a missing fastapi stops it before any weight is read, and then:
 
 - a refusal prints the report (one line a finding) and stops with exit 1, as the training hook does; in a
   thread that is not the main one (LlamaBoard's web UI), it raises instead, so the UI shows the lines;
@@ -162,10 +164,10 @@ def export_line(config: dict[str, Any], record: Path | None) -> str:
 def wrap_export_model(original: Callable[..., Any]) -> Callable[..., Any]:
     """``export_model`` checked, recorded and summed up.
 
-    The check itself runs LLaMA-Factory's ``export_model`` up to its first load (``lf.commands``
-    ``command_verdict``, which finds it by the module's name and replaces the module's ``load_tokenizer``
-    to stop there): called that way, this wrapper is LLaMA-Factory's function and nothing else, so a check
-    never checks again, writes a record or merges anything.
+    The check itself runs LLaMA-Factory's unwrapped ``export_model`` (``lf.commands.command_verdict`` up to
+    its first load; ``lf.dry_load`` up to ``save_pretrained``, with the module's ``load_tokenizer`` and
+    ``load_model`` replaced while it runs): should this wrapper be called then, it is LLaMA-Factory's
+    function and nothing else, so a check never checks again, writes a record or merges anything.
     """
     module_globals = getattr(original, "__globals__", {})
     loader = module_globals.get("load_tokenizer")
