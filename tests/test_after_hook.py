@@ -193,3 +193,29 @@ def test_export_line_reads_size_and_dtype(tmp_path):
     assert line.startswith(f"llamafactory-rocm: merged model {out}: 3.00 MiB on disk (2 files), dtype bfloat16")
     assert export_line({"export_dir": str(tmp_path / "none")}, None).endswith("nothing was written in " + str(
         tmp_path / "none"))  # fmt: skip
+
+
+def test_a_missing_adapter_is_refused_by_stock_export_before_any_weight_is_read(tiny_model, tmp_path):
+    """Issue 29: the adapter folder not there (training not run yet, or a typo). LLaMA-Factory alone loads
+    the model and then stops in peft (tests/test_after_dry_corpus.py); through the hook it stops before."""
+    merged = tmp_path / "merged"
+    cfg = write(tmp_path / "export.yaml", merge_config(tiny_model, tmp_path / "saves" / "lora", merged))
+    result = lf_cli(["export", str(cfg)], tmp_path, offline_env(tmp_path))
+    assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-3000:]
+    errors = [x for x in result.stderr.splitlines() if x.strip().startswith("[error]")]
+    assert any("Can't find 'adapter_config.json'" in x for x in errors), result.stderr[-3000:]
+    assert "Loading weights" not in result.stderr and not merged.exists()
+
+
+def test_generating_arguments_transformers_refuses_stop_the_chat_hook_before_the_first_message(
+    tiny_model, adapter, tmp_path
+):
+    config = {"model_name_or_path": str(tiny_model), "adapter_name_or_path": str(adapter), "template": "llama3"}
+    cfg = write(tmp_path / "chat.yaml", {**config, "repetition_penalty": 0})
+    code = "from llamafactory.chat.chat_model import run_chat\nrun_chat()\n"
+    result = subprocess.run([sys.executable, "-c", code, str(cfg)], cwd=tmp_path, env=offline_env(tmp_path),
+                            input="", capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-3000:]
+    errors = [x for x in result.stderr.splitlines() if x.strip().startswith("[error]")]
+    assert any("`penalty` has to be a strictly positive float" in x for x in errors), result.stderr[-3000:]
+    assert "User:" not in result.stdout  # the chat loop never started
