@@ -33,6 +33,14 @@ def _read_args(tokens: list[str]) -> Any:
 
 
 def _first_line(exc: BaseException) -> str:
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem:
+        # yaml's first line is the context ("while constructing a mapping"); the problem and its mark
+        # name what is wrong and where ("found duplicate key stage", line 3)
+        mark = exc.problem_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        return f"{exc.problem}{where}"
+    if isinstance(exc, RecursionError):
+        return "it is nested deeper than Python's recursion limit"
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
 
@@ -48,8 +56,8 @@ def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -
     overrides = list(overrides)
     try:
         data = _read_args([str(path), *overrides])
-    except Exception as exc:  # OmegaConf's and yaml's errors, a list YAML, an unreadable file: one line
-        raise UsageError(_unreadable(path, overrides, exc)) from None
+    except Exception as exc:  # OmegaConf's and yaml's errors, a list YAML, an unreadable file, a file nested
+        raise UsageError(_unreadable(path, overrides, exc)) from None  # past the recursion limit: one line
     if not isinstance(data, dict):  # read_args returns a list only when the file is not a config: not here
         raise UsageError(f"config {path} must be a mapping of LLaMA-Factory keys, not a list.")
     if not data:
@@ -74,9 +82,11 @@ def _unreadable(path: Path, overrides: list[str], exc: Exception) -> str:
             f"config {path}: this LLaMA-Factory cannot read a .json config ({first}, from its read_args); "
             "write it as YAML."
         )
+    if isinstance(exc, RecursionError):
+        return f"cannot parse {path}: {first}. Fix the YAML and retry."
     try:
         loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, yaml.YAMLError):
+    except (OSError, ValueError, yaml.YAMLError, RecursionError):
         return f"cannot parse {path}: {first}. Fix the YAML syntax and retry."
     if isinstance(loaded, list):
         return f"config {path} must be a mapping of LLaMA-Factory keys, not a list."
@@ -92,7 +102,7 @@ def _refuse_a_scalar(path: Path, data: dict[str, Any]) -> None:
         return
     try:
         loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, yaml.YAMLError):
+    except (OSError, ValueError, yaml.YAMLError, RecursionError):
         return
     if not isinstance(loaded, (dict, list)) and loaded is not None:
         raise UsageError(

@@ -77,6 +77,8 @@ def dataset_names(value: Any) -> list[str]:
         split = DataArguments(dataset=value).dataset
     except ImportError:  # LLaMA-Factory not importable: the same split
         split = [item.strip() for item in value.split(",")] if isinstance(value, str) else value
+    if not isinstance(split, (list, tuple)):  # `dataset: 123`: split_arg hands a non-string back as it is
+        return [str(split)]
     return [str(item) for item in split]
 
 

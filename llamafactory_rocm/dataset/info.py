@@ -20,6 +20,8 @@ def load_dataset_info(dataset_dir: Path) -> dict[str, Any] | None:
         return None
     except (OSError, UnicodeDecodeError) as err:
         raise UsageError(f"cannot read {path}: {reason(err)}") from None
+    except ValueError as err:  # a NUL in dataset_dir: no path can hold one ("embedded null byte")
+        raise UsageError(f"cannot read {path!r}: {err}; dataset_dir must be a folder's path") from None
     try:
         info = json.loads(text)
     except json.JSONDecodeError as err:

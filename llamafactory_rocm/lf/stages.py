@@ -25,9 +25,11 @@ class NoWorkflow(UnknownStage):
     """LLaMA-Factory has no workflow for this stage: ``run_exp`` raises "Unknown task: <stage>."."""
 
 
-def _stage_file(stage: str, name: str) -> Path | None:
-    """``llamafactory/train/<stage>/<name>`` of the installed LLaMA-Factory, or None."""
-    if not stage.isidentifier():
+def _stage_file(stage: object, name: str) -> Path | None:
+    """``llamafactory/train/<stage>/<name>`` of the installed LLaMA-Factory, or None. A stage that is not
+    a string (``stage: 123`` in a YAML file reaches here unconverted: HfArgumentParser's ``parse_dict``
+    converts no types) names no folder."""
+    if not isinstance(stage, str) or not stage.isidentifier():
         return None
     # find_spec on "llamafactory.train.<stage>.workflow" would import its parent packages (the trainers):
     # only the top-level package is located, which imports nothing.
@@ -36,9 +38,15 @@ def _stage_file(stage: str, name: str) -> Path | None:
     return next((p for p in (Path(root) / "train" / stage / name for root in roots) if p.is_file()), None)
 
 
-@cache
-def data_stage(stage: str) -> str:
+def data_stage(stage: object) -> str:
     """The ``stage=`` keyword that ``llamafactory.train.<stage>.workflow`` passes to ``get_dataset``."""
+    if not isinstance(stage, str):
+        raise NoWorkflow(f"LLaMA-Factory has no workflow for stage {stage!r} (a stage is a name)")
+    return _data_stage(stage)
+
+
+@cache
+def _data_stage(stage: str) -> str:
     path = _stage_file(stage, "workflow.py")
     if path is None:
         raise NoWorkflow(f"LLaMA-Factory has no workflow for stage {stage!r} (train/<stage>/workflow.py)")
@@ -57,9 +65,13 @@ def data_stage(stage: str) -> str:
     return found.pop()
 
 
-@cache
-def adds_valuehead(stage: str) -> bool:
+def adds_valuehead(stage: object) -> bool:
     """Whether the stage's workflow loads its model with ``load_model(..., add_valuehead=True)`` (rm, ppo)."""
+    return isinstance(stage, str) and _adds_valuehead(stage)
+
+
+@cache
+def _adds_valuehead(stage: str) -> bool:
     path = _stage_file(stage, "workflow.py")
     if path is None:
         return False
@@ -72,10 +84,14 @@ def adds_valuehead(stage: str) -> bool:
     )
 
 
-@cache
-def trainer_requirements(stage: str) -> tuple[str, ...]:
+def trainer_requirements(stage: object) -> tuple[str, ...]:
     """The requirement strings the stage's trainer passes to transformers' ``require_version`` (its first
     argument, a constant): ``("trl>=0.8.6,<=0.9.6",)`` for ppo in LLaMA-Factory 0.9.5, none for the others."""
+    return _trainer_requirements(stage) if isinstance(stage, str) else ()
+
+
+@cache
+def _trainer_requirements(stage: str) -> tuple[str, ...]:
     path = _stage_file(stage, "trainer.py")
     if path is None:
         return ()
