@@ -142,6 +142,7 @@ def _verdict_findings(name: str, report: DatasetReport, folder: Path) -> list[Fi
             fix=f"Nothing has to change; `{command}` lists the rows, to fix them.",
         )
         for warning in report.warnings
+        if warning not in report.ignored
     ]
 
 

@@ -52,7 +52,7 @@ class DatasetReport:
     bad_rows: list[RowIssue] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    ignored: list[str] = field(default_factory=list)  # what LLaMA-Factory ignores in the entry (entry.py)
+    ignored: list[str] = field(default_factory=list)  # the warnings that are what LLaMA-Factory ignores in the entry
     remote: bool = False  # no local file_name (a hub, a cloud file, a script): not checked
 
     @property
@@ -164,6 +164,7 @@ def validate_entry(
         report.errors.append(_parser_stops(entry, err))
         return report
     report.ignored = entry_warnings(entry, attr)
+    report.warnings += report.ignored
     from llamafactory.data.converter import DATASET_CONVERTERS
 
     if attr.formatting not in DATASET_CONVERTERS:  # get_dataset_converter's own test, before any row
