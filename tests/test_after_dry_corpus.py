@@ -99,6 +99,7 @@ CASES = [
     Case("export_plain", "export", export),
     Case("export_into_existing_folder", "export", existing_folder),
     Case("export_float16", "export", lambda f, d: export(f, d, infer_dtype="float16")),
+    Case("export_like_the_presets", "export", lambda f, d: export(f, d, finetuning_type="lora", export_device="cpu")),
     # export: LLaMA-Factory refuses
     Case(
         "export_adapter_missing",
@@ -160,6 +161,9 @@ CASES = [
     Case("chat_plain", "chat", chat),
     Case("chat_temperature_0", "chat", lambda f, d: chat(f, d, temperature=0)),
     Case("chat_greedy", "chat", lambda f, d: chat(f, d, do_sample=False)),
+    Case(
+        "chat_like_the_presets", "chat", lambda f, d: chat(f, d, adapter_name_or_path=None, infer_backend="huggingface")
+    ),
     Case("chat_bfloat16", "chat", lambda f, d: chat(f, d, infer_dtype="bfloat16")),
     Case("chat_max_length_long_enough", "chat", lambda f, d: chat(f, d, max_new_tokens=0, max_length=64)),
     # chat: LLaMA-Factory (or transformers) refuses
@@ -186,6 +190,12 @@ CASES = [
         "chat",
         lambda f, d: chat(f, d, model_name_or_path=str(f.adapter), adapter_name_or_path=None),
         **fails("Failed to load tokenizer", "AFTER_TOKENIZER_REFUSED"),
+    ),
+    Case(
+        "chat_stage_rm",
+        "chat",
+        lambda f, d: chat(f, d, stage="rm"),
+        **fails("The current model does not support `chat`", "CHAT_ENGINE_REFUSED"),
     ),
     Case(
         "chat_infer_backend_hf",

@@ -221,7 +221,8 @@ _STEP_CODE = {  # step -> (code, what refused, fix, key)
     "engine": (
         "CHAT_ENGINE_REFUSED",
         "LLaMA-Factory's ChatModel",
-        "Set infer_backend to huggingface (the default), vllm or sglang.",
+        "Set infer_backend to huggingface (the default), vllm or sglang; chat with an sft model (a reward "
+        "model, stage: rm, only scores, through the API).",
         "infer_backend",
     ),
     "generate": (
@@ -338,7 +339,7 @@ def _dry_export(run: DryRun, config: Mapping[str, Any], model_args: Any) -> None
 
 
 # -- chat --------------------------------------------------------------------------------------------
-def _dry_chat(run: DryRun, config: Mapping[str, Any], model_args: Any) -> None:
+def _dry_chat(run: DryRun, config: Mapping[str, Any], model_args: Any, command: str) -> None:
     with text_only_llamafactory():
         from llamafactory.chat import chat_model, hf_engine
         from llamafactory.extras.constants import EngineName
@@ -365,14 +366,25 @@ def _dry_chat(run: DryRun, config: Mapping[str, Any], model_args: Any) -> None:
     loop = getattr(chat, "_loop", None)
     if loop is not None:  # ChatModel starts its event loop in a daemon thread: stop it
         loop.call_soon_threadsafe(loop.stop)
-    _dry_generate(run, chat.engine)
+    _dry_generate(run, chat.engine, command)
 
 
-def _dry_generate(run: DryRun, engine: Any) -> None:
+def _dry_generate(run: DryRun, engine: Any, command: str) -> None:
     """One generation as HuggingfaceEngine._chat prepares it, run through transformers' generate up to the
     model's first forward. The inputs are built on the CPU (meta tensors hold no ids to check)."""
     import torch
 
+    if not getattr(engine, "can_generate", True):  # a value-head model (stage is not sft): it scores
+        if command == "api":  # the API serves its scores (/v1/score/evaluation)
+            run.skip("a generation", "this engine scores (a value-head model): it does not generate")
+            return
+        import asyncio
+
+        try:  # hf_engine.py chat: `if not self.can_generate: raise ValueError(...)` before anything runs
+            asyncio.run(engine.chat([{"role": "user", "content": PROBE_MESSAGE}]))
+        except Exception as exc:
+            _refused(run, "engine", exc, {})
+        return
     model = engine.model
     stand_in = _ModelView(model)
     messages = [{"role": "user", "content": PROBE_MESSAGE}]
@@ -514,7 +526,7 @@ def dry_load(config: Mapping[str, Any], command: str, *, planned: bool = False) 
         if command == "export":
             _dry_export(run, config, model_args)
         else:
-            _dry_chat(run, config, model_args)
+            _dry_chat(run, config, model_args, command)
     return run
 
 
