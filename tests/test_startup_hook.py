@@ -151,3 +151,30 @@ def test_a_module_without_export_model_keeps_only_the_run_exp_hook(capsys):
     _startup._patch_tuner(module)
     assert getattr(module.run_exp, "__llamafactory_rocm__", False) and not hasattr(module, "export_model")
     _startup._patch_chat_model(types.ModuleType("llamafactory.chat.chat_model"))  # no ChatModel: steps aside
+
+
+def test_the_server_and_v1_entries_are_wrapped_once_and_keep_their_signatures():
+    """webui/webchat/api get the exposure line, v1's launch the not-checked line; LLaMA-Factory's signatures stay."""
+    code = (
+        "import inspect\n"
+        "from llamafactory.webui import interface\n"
+        "from llamafactory.api import app\n"
+        "from llamafactory.v1 import launcher\n"
+        "for f in (interface.run_web_ui, interface.run_web_demo, app.run_api, launcher.launch):\n"
+        "    print(getattr(f, '__llamafactory_rocm__', False), list(inspect.signature(f).parameters))\n"
+        "from llamafactory_rocm import _startup\n"
+        "before = interface.run_web_ui\n"
+        "_startup._patch_servers(interface)\n"
+        "print('SAME', interface.run_web_ui is before)\n"
+    )
+    result = run_python(code)
+    assert result.stdout.split("\n")[:5] == ["True []"] * 4 + ["SAME True"], result.stderr[-2000:]
+
+
+def test_a_server_module_without_the_entries_is_left_as_it_is(capsys):
+    import types
+
+    module = types.ModuleType("llamafactory.webui.interface")
+    _startup._patch_servers(module)
+    _startup._patch_v1_launcher(module)
+    assert vars(module).keys() == types.ModuleType("x").__dict__.keys() and capsys.readouterr().err == ""
