@@ -2,8 +2,9 @@
 
 Order: the deepspeed path and the dataset folder are resolved, the data is read with datasets' loader
 and LLaMA-Factory's converter (the data pass), the rules run on the machine or the planned target,
-LLaMA-Factory's own ``get_train_args`` judges the result, and LLaMA-Factory's launch runs dry up to step 1
-(lf/dry_run.py). The rules run again with the dry run's row count, for the world plan. A request at
+LLaMA-Factory's own ``get_train_args`` judges the result as a rank of the world its launcher starts
+(check/rank.py), and LLaMA-Factory's launch runs dry up to step 1 (lf/dry_run.py). The plan rules (world,
+memory: rules.PLAN_RULES) run once, last, on what the dry run found. A request at
 ``Depth.RULES`` (a rank whose node's first rank checks fully) runs the pure rules only: the resolved
 config is the same on every rank because resolution is deterministic; only the costly parts are skipped.
 
@@ -28,7 +29,7 @@ from ..machine.catalogue import load_catalogue
 from ..machine.probe import installed_distributions
 from ..machine.snapshot import Snapshot
 from ..memory import model_config_for
-from ..rules import Context, Resolution, resolve, rules_for
+from ..rules import PLAN_RULES, Context, Resolution, resolve, rules_for
 from .outputs import existing_outputs, resume_checkpoint
 from .rank import judged_as, launched_world, rank_finding
 from .report import Report
@@ -225,7 +226,9 @@ def run_check(request: CheckRequest) -> Report:
         schema=schema if schema.parser is not None else None,
         installed=installed_distributions(),
     )
-    resolution = resolve(config, env, ctx, rules=rules)
+    # The plan rules (the world's batch arithmetic, memory) run once, after LLaMA-Factory's launch ran dry,
+    # on what it found (the rows it trains on); the other rules before, on the config as given.
+    resolution = resolve(config, env, ctx, rules=tuple(r for r in rules if r not in PLAN_RULES))
     findings = accept_findings(resolution.findings, request.accept)
     dry = None
     # LLaMA-Factory's own parser judges the config even when a rule refused it, so that its first refusal is
@@ -239,14 +242,15 @@ def run_check(request: CheckRequest) -> Report:
             findings += llamafactory_verdict(resolution.config, ctx, command)
             if not has_errors(findings) and train:  # the dry run is LLaMA-Factory's training launch
                 dry_findings, dry = dry_launch_findings(resolution.config, ctx.snapshot)
-    if dry is not None:
-        if dry.rows and dry.rows.get("train") is not None:  # the world plan, with the rows LF trains on
-            ctx = dataclasses.replace(ctx, train_rows=dry.rows["train"])
-            again = resolve(config, env, ctx, rules=rules)
-            accepted = accept_findings(again.findings, request.accept)
-            findings = accepted + [f for f in findings if f.code in _AFTER_RULES]
-            resolution = again
-        findings += accept_findings(dry_findings, request.accept)
+                findings += accept_findings(dry_findings, request.accept)
+    plan_rules = tuple(r for r in rules if r in PLAN_RULES)
+    if plan_rules:
+        found = dict(extra_findings=())  # said once, by the first pass
+        if dry is not None and dry.rows and dry.rows.get("train") is not None:
+            found["train_rows"] = dry.rows["train"]
+        plan = resolve(resolution.config, resolution.env, dataclasses.replace(ctx, **found), rules=plan_rules)
+        findings += accept_findings(plan.findings, request.accept)
+        resolution = Resolution(plan.config, plan.env, {**resolution.env_changes, **plan.env_changes}, [])
     resolution = Resolution(resolution.config, resolution.env, resolution.env_changes, findings)
     return Report(
         input_config=input_config,
@@ -263,9 +267,6 @@ def run_check(request: CheckRequest) -> Report:
 
 # Rule errors that leave LLaMA-Factory's parser nothing to judge: it would refuse the same key or value.
 _PARSER_CANNOT_READ = frozenset({"UNKNOWN_KEY", "VALUE_INVALID", "COMPUTE_DTYPE_UNKNOWN", "BACKEND_UNKNOWN"})
-
-# Findings added after the rules (LLaMA-Factory's parser), kept when the rules run again with the rows.
-_AFTER_RULES = frozenset({"PARSER_PLANNED", "LLAMAFACTORY_REFUSED", "JUDGED_AS_RANK"})
 
 
 def check_config(

@@ -73,6 +73,10 @@ RULES: tuple[Rule, ...] = (
     memory_fit.memory_fit,
 )
 
+# The plan: what the run spans and whether it fits. check/run.py runs these once, after LLaMA-Factory's launch
+# ran dry, with what it found (the rows it trains on); they read the config and rewrite nothing.
+PLAN_RULES: tuple[Rule, ...] = (world.world_rules, memory_fit.memory_fit)
+
 # Loading a model onto this machine's device, whatever the command: the torch build, its kernels, the
 # visible devices, the ROCm install, the attention kernels, bitsandbytes for a quantized load. Not
 # PYTORCH_ROCM_ARCH (rules/rocm_arch_env.py): it is for extensions built at a training launch.
@@ -168,4 +172,4 @@ def resolve(
     return Resolution(state.config, state.env, changes, findings)
 
 
-__all__ = ["RULES", "TRAIN_RULES", "Context", "Resolution", "Target", "resolve", "rules_for"]
+__all__ = ["PLAN_RULES", "RULES", "TRAIN_RULES", "Context", "Resolution", "Target", "resolve", "rules_for"]
