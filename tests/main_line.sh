@@ -13,9 +13,11 @@ echo "+ main line: $wheel"
 python3 -m venv .venv-main
 . .venv-main/bin/activate
 pip install -q torch==2.13.0
-pip install -q -e ".[test]"
+pip install -q -e ".[test,webui]"
 pip install -q --no-deps "$wheel"
 python -c "import importlib.metadata as m; print('llamafactory', m.version('llamafactory'), 'transformers', m.version('transformers'))"
-# The hook and trainer paths (the parser and rules themselves run the same code on both lines).
+# The hook and trainer paths, the pins to LLaMA-Factory's source (launcher, Ray, library constants), the
+# dry launch, the rank's view on simulated nodes and the exposure line (the rules run the same code on both).
 python -m pytest -q --durations=5 tests/test_startup_hook.py tests/test_seed_command.py tests/test_train_e2e.py \
-  -k "not each_bundled_dataset_trains"
+  tests/test_library_pins.py tests/test_rules_world.py tests/test_dry_run.py tests/test_rank_view.py \
+  tests/test_exposure.py -k "not each_bundled_dataset_trains and not agrees_with_stock and not corpus_covers"

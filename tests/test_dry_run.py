@@ -250,7 +250,7 @@ def test_the_meta_devices_limits_are_told_from_refusals_by_where_they_are_raised
     library raises itself is a refusal, whatever its words."""
     import torch
 
-    from llamafactory_rocm.lf.dry_run import _meta_limitation
+    from llamafactory_rocm.lf.dry_parts import _meta_limitation
 
     meta = torch.empty(3, device="meta")
 

@@ -21,7 +21,9 @@ class Report:
     depth: str = "full"
     # the dry run's count of the rows LLaMA-Factory trains on (lf/dry_run.py)
     train_rows: int | None = None
-    accepted: frozenset[str] = frozenset()  # the request's --accept / LLAMAFACTORY_ROCM_ACCEPT, read once
+    accepted: frozenset[str] = frozenset()
+    # the memory estimate as numbers (GiB): weights, trainable, activations, logits, peak, device
+    estimate: dict[str, float] | None = None  # the request's --accept / LLAMAFACTORY_ROCM_ACCEPT, read once
 
     @property
     def ok(self) -> bool:
@@ -45,4 +47,5 @@ class Report:
             "env_changes": self.resolution.env_changes,
             "target": None if self.target is None else self.target.__dict__,
             "snapshot_source": self.snapshot.source,
+            "estimate": self.estimate,
         }

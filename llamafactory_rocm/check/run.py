@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..findings import Finding, Level, has_errors
-from ..lf.commands import COMMANDS, command_keys, command_verdict
+from ..lf.commands import COMMANDS, DRY_LOADED, command_keys, command_verdict
 from ..lf.schema import load_schema, output_dir_of
 from ..lf.verdict import DeviceAnswers
 from ..machine.catalogue import load_catalogue
@@ -30,6 +30,7 @@ from ..machine.probe import installed_distributions
 from ..machine.snapshot import Snapshot
 from ..memory import model_config_for
 from ..rules import PLAN_RULES, Context, Resolution, resolve, rules_for
+from ..rules.memory_fit import estimate_numbers
 from .outputs import existing_outputs, resume_checkpoint
 from .rank import judged_as, launched_world, rank_finding
 from .report import Report
@@ -45,10 +46,14 @@ def resolve_deepspeed_path(
     """A relative ``deepspeed:`` file that is not under the working directory but beside the config
     (presets ship theirs in presets/deepspeed/) is made absolute, so the run works from anywhere."""
     ds = config.get("deepspeed")
-    if not ds or config_path is None or Path(str(ds)).is_absolute() or (cwd / str(ds)).is_file():
+    try:
+        if not ds or config_path is None or Path(str(ds)).is_absolute() or (cwd / str(ds)).is_file():
+            return dict(config), []
+        beside = (Path(config_path).resolve().parent / str(ds)).resolve()
+        found = beside.is_file()
+    except (OSError, ValueError):  # a NUL byte or an over-long name: LLaMA-Factory's parser says why
         return dict(config), []
-    beside = (Path(config_path).resolve().parent / str(ds)).resolve()
-    if not beside.is_file():
+    if not found:
         return dict(config), []
     return {**config, "deepspeed": str(beside)}, [
         Finding(
@@ -87,7 +92,7 @@ def llamafactory_verdict(config: Mapping[str, Any], ctx: Context, command: str =
                 fix="Run check again on the machine that trains: it then asks the real device.",
             )
         )
-    verdict = command_verdict(parsed, command, answers)
+    verdict = command_verdict(parsed, command, answers, load=False)  # the dry load reports in its own codes
     if verdict.accepted:
         return notes
     which = "" if command == "train" else f" for `llamafactory-cli {command}`"
@@ -231,6 +236,7 @@ def run_check(request: CheckRequest) -> Report:
     resolution = resolve(config, env, ctx, rules=tuple(r for r in rules if r not in PLAN_RULES))
     findings = accept_findings(resolution.findings, request.accept)
     dry = None
+    estimate = None
     # LLaMA-Factory's own parser judges the config even when a rule refused it, so that its first refusal is
     # said too; not where a rule found keys or values the parser cannot take at all (it would only repeat it).
     blocked = any(f.level is Level.ERROR and f.code in _PARSER_CANNOT_READ for f in findings)
@@ -240,6 +246,12 @@ def run_check(request: CheckRequest) -> Report:
             findings.append(rank_finding(rank))
         with judged_as(rank):
             findings += llamafactory_verdict(resolution.config, ctx, command)
+            if not has_errors(findings) and command in DRY_LOADED:  # export/chat/api/webchat built dry
+                from ..lf.dry_load import dry_load_findings
+
+                planned = device_answers(ctx.snapshot) is not None
+                loaded = dry_load_findings(resolution.config, command, planned=planned)
+                findings += accept_findings(loaded, request.accept)
             if not has_errors(findings) and train:  # the dry run is LLaMA-Factory's training launch
                 dry_findings, dry = dry_launch_findings(resolution.config, ctx.snapshot)
                 findings += accept_findings(dry_findings, request.accept)
@@ -248,8 +260,12 @@ def run_check(request: CheckRequest) -> Report:
         found = dict(extra_findings=())  # said once, by the first pass
         if dry is not None and dry.rows and dry.rows.get("train") is not None:
             found["train_rows"] = dry.rows["train"]
-        plan = resolve(resolution.config, resolution.env, dataclasses.replace(ctx, **found), rules=plan_rules)
+        if dry is not None and dry.built is not None:  # the parameters of the model LLaMA-Factory built
+            found["built_model"] = dry.built
+        plan_ctx = dataclasses.replace(ctx, **found)
+        plan = resolve(resolution.config, resolution.env, plan_ctx, rules=plan_rules)
         findings += accept_findings(plan.findings, request.accept)
+        estimate = estimate_numbers(plan.config, plan.env, plan_ctx) if train else None
         resolution = Resolution(plan.config, plan.env, {**resolution.env_changes, **plan.env_changes}, [])
     resolution = Resolution(resolution.config, resolution.env, resolution.env_changes, findings)
     return Report(
@@ -262,6 +278,7 @@ def run_check(request: CheckRequest) -> Report:
         depth=request.depth.value,
         train_rows=None if dry is None or not dry.rows else dry.rows.get("train"),
         accepted=request.accept,
+        estimate=estimate,
     )
 
 

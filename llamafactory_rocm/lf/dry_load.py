@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ..findings import Finding, Level
-from .dry_run import DryRun, _hub_offline, _meta_limitation, _words
+from .dry_parts import DryRun, _hub_offline, _meta_limitation, _words, reachable
 from .text_only import text_only_llamafactory
 from .verdict import _quiet, _restored_environ
 
@@ -489,12 +489,8 @@ def workflow_models(
 
 # -- entry -------------------------------------------------------------------------------------------
 def _reachable(run: DryRun, model_args: Any) -> bool:
-    """The training dry run's own reachability step (lf/dry_run.py ``_Launch.reachable``)."""
-    from .dry_run import _Launch
-
-    launch = _Launch.__new__(_Launch)
-    launch.run, launch.model_args = run, model_args
-    return launch.reachable()
+    """The training dry run's own reachability step (lf/dry_parts.py ``reachable``)."""
+    return reachable(run, model_args)
 
 
 def dry_load(config: Mapping[str, Any], command: str, *, planned: bool = False) -> DryRun:

@@ -35,8 +35,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import dis
-import inspect
 import io
 import json
 import math
@@ -44,12 +42,12 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..findings import Finding, Level
-from ..memory import ModelMemory, count_model, optimizer_state_bytes
+from ..findings import Level
+from ..memory import count_model, optimizer_state_bytes
+from .dry_parts import DryRun, Resume, _hub_offline, _meta_limitation, _words, reachable
 from .stages import NoWorkflow, UnknownStage, adds_valuehead, data_stage, trainer_requirements
 from .text_only import text_only_llamafactory
 from .verdict import _quiet, _restored_environ
@@ -57,54 +55,6 @@ from .verdict import _quiet, _restored_environ
 TRAINER_STATE_NAME = "trainer_state.json"  # transformers/trainer.py: TRAINER_STATE_NAME (pinned by a test)
 FSDP_MODEL_NAME = "pytorch_model_fsdp"  # transformers/trainer.py: FSDP_MODEL_NAME (pinned by a test)
 DEEPSPEED_LATEST = "latest"  # DeepSpeedEngine.load_checkpoint(tag=None) reads the tag from this file
-
-
-@dataclass
-class Resume:
-    """The checkpoint the run resumes from, as LLaMA-Factory's ``get_train_args`` set it."""
-
-    checkpoint: str
-    global_step: int | None = None  # trainer_state.json's global_step
-    total_steps: int | None = None  # max_steps, or the checkpointed run's own max_steps
-    steps_left: int | None = None
-    loadable: bool = True
-
-
-@dataclass
-class DryRun:
-    findings: list[Finding] = field(default_factory=list)
-    not_checked: list[str] = field(default_factory=list)  # "not checked: <what> (<why>)"
-    rows: dict[str, int] | None = None  # {"train": n, "eval": m} after LLaMA-Factory's processing
-    rows_estimated: bool = False  # True when the rows were capped and the counts scaled to the full data
-    resume: Resume | None = None
-    stage: str | None = None
-    data_stage: str | None = None
-    timings: dict[str, float] = field(default_factory=dict)  # seconds per step
-    # the parameters of the model load_model + init_adapter built (memory.count_model), with the optimizer
-    # state per trainable element once the trainer's optimizer class is known; None when not built
-    built: ModelMemory | None = None
-
-    @property
-    def ok(self) -> bool:
-        return not any(f.level is Level.ERROR for f in self.findings)
-
-    def skip(self, what: str, why: str) -> None:
-        line = f"not checked: {what} ({why})"
-        self.not_checked.append(line)
-        self.findings.append(
-            Finding(
-                code="DRY_RUN_NOT_CHECKED",
-                level=Level.INFO,
-                message=line + ".",
-                fix="Nothing to do here; it is checked when the run starts on a machine that has it.",
-            )
-        )
-
-    def error(self, *, code: str, message: str, fix: str, key: str | None = None) -> None:
-        self.findings.append(Finding(code=code, level=Level.ERROR, message=message, fix=fix, key=key))
-
-    def add(self, *, code: str, level: Level, message: str, fix: str, key: str | None = None) -> None:
-        self.findings.append(Finding(code=code, level=level, message=message, fix=fix, key=key))
 
 
 def dry_launch(config: Mapping[str, Any], *, rows_cap: int = 256, deepspeed_elsewhere: bool = False) -> DryRun:
@@ -228,45 +178,8 @@ class _Launch:
 
     # -- 2. reachability --------------------------------------------------------------------------
     def reachable(self) -> bool:
-        """config.json local or in the Hugging Face cache, decided by transformers' own ``cached_file``."""
-        from huggingface_hub.utils import HFValidationError, validate_repo_id
-        from transformers.utils import CONFIG_NAME, cached_file
-
-        name = self.model_args.model_name_or_path
-        if os.path.isdir(name):
-            return True
-        try:
-            found = cached_file(
-                name,
-                CONFIG_NAME,
-                cache_dir=self.model_args.cache_dir,
-                revision=self.model_args.model_revision,
-                local_files_only=True,
-                _raise_exceptions_for_missing_entries=False,
-                _raise_exceptions_for_connection_errors=False,
-            )
-        except HFValidationError:
-            found = None
-        except OSError:
-            found = None
-        if found:
-            return True
-        try:
-            validate_repo_id(name)
-        except HFValidationError as exc:
-            self.run.error(
-                code="MODEL_NOT_FOUND",
-                message=f"model_name_or_path {name} is not a folder here and not a Hugging Face repo id "
-                f"(huggingface_hub: {_words(exc)}).",
-                fix="Give the model's folder (the one with config.json) or a Hub id such as meta-llama/Llama-3.1-8B.",
-                key="model_name_or_path",
-            )
-            return False
-        self.run.skip(
-            "tokenizer, template, data pipeline and model modules",
-            f"{name} is not local and not in the Hugging Face cache",
-        )
-        return False
+        """config.json local or in the Hugging Face cache (lf/dry_parts.py ``reachable``)."""
+        return reachable(self.run, self.model_args)
 
     # -- 3. tokenizer and template ----------------------------------------------------------------
     def tokenizer_and_template(self) -> None:
@@ -855,19 +768,6 @@ def _saved_shapes(checkpoint: Path) -> dict[str, tuple[int, ...]] | None:
 
 # -- helpers -------------------------------------------------------------------------------------
 @contextlib.contextmanager
-def _hub_offline() -> Iterator[None]:
-    """Nothing is downloaded: huggingface_hub answers from the cache only (its HF_HUB_OFFLINE switch)."""
-    import huggingface_hub.constants as hub
-
-    saved = hub.HF_HUB_OFFLINE
-    hub.HF_HUB_OFFLINE = True
-    try:
-        yield
-    finally:
-        hub.HF_HUB_OFFLINE = saved
-
-
-@contextlib.contextmanager
 def _no_progress_bars() -> Iterator[None]:
     import datasets
 
@@ -878,14 +778,6 @@ def _no_progress_bars() -> Iterator[None]:
     finally:
         if enabled:
             datasets.enable_progress_bars()
-
-
-def _words(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    cause = exc.__cause__
-    if cause is not None and str(cause) and str(cause) not in text:
-        text += f" ({' '.join(str(cause).split())})"
-    return text if len(text) <= 600 else text[:597] + "..."
 
 
 def _max_token_id(saved: Any) -> int:
@@ -902,32 +794,6 @@ def _max_token_id(saved: Any) -> int:
                 if len(column):
                     best = max(best, pc.max(column).as_py())
     return best
-
-
-def _meta_limitation(exc: BaseException) -> bool:
-    """Whether ``exc`` is the meta device's limit rather than a refusal, told by its type and where it was
-    raised, not its words: a NotImplementedError raised inside torch or by a native op (an op without a
-    Meta kernel, ``.tolist()``), or a RuntimeError raised by a native op rather than a ``raise`` statement,
-    or by torch's meta kernels themselves (``_meta_registrations``: ``Tensor.item() cannot be called on meta
-    tensors``), not by their shape checks (``torch._check``, which fail on real weights too). A refusal by
-    LLaMA-Factory, transformers, peft or the Hub (a missing adapter folder, a module name) is a ``raise`` in
-    their own code."""
-    if not isinstance(exc, RuntimeError):  # NotImplementedError is one
-        return False
-    tb = exc.__traceback__
-    if tb is None:
-        return False
-    while tb.tb_next is not None:
-        tb = tb.tb_next
-    code = tb.tb_frame.f_code
-    native = not any(i.offset == tb.tb_lasti and i.opname.startswith("RAISE") for i in dis.get_instructions(code))
-    import torch
-
-    where = os.path.abspath(code.co_filename)
-    if isinstance(exc, NotImplementedError):  # a RuntimeError subclass: checked first
-        return native or where.startswith(os.path.dirname(torch.__file__) + os.sep)
-    # a shape check fails in torch/__init__.py (torch._check): a real refusal
-    return native or where == os.path.abspath(inspect.getfile(torch._meta_registrations))
 
 
 def _input_embeddings(model: Any) -> Any:

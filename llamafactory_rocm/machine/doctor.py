@@ -244,7 +244,20 @@ def diagnose(snap: Snapshot) -> list[Line]:
         + host_lines(snap)
         + package_lines(snap, ctx)
         + rccl_lines(view)
+        + exposure_lines(snap)
     )
+
+
+def exposure_lines(snap: Snapshot) -> list[Line]:
+    """LlamaBoard, webchat or the API would listen beyond the loopback without a password or key (lf/exposure.py,
+    read as LLaMA-Factory reads this shell's variables); only on this machine, where those packages are."""
+    import importlib.util
+
+    if snap.source != "probe" or not any(importlib.util.find_spec(name) for name in ("gradio", "fastapi")):
+        return []
+    from ..lf.exposure import exposure_findings
+
+    return [_from_finding("exposure", finding) for finding in exposure_findings()]
 
 
 def has_fail(lines: list[Line]) -> bool:

@@ -1,0 +1,153 @@
+"""The parts of a dry launch that training's (lf/dry_run.py) and the after-training commands' (lf/dry_load.py)
+share: the result, the Hub kept offline, an exception's words, the meta device's limits, and whether the model
+is reachable without a download."""
+
+from __future__ import annotations
+
+import contextlib
+import dis
+import inspect
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..findings import Finding, Level
+from ..memory import ModelMemory
+
+
+@dataclass
+class Resume:
+    """The checkpoint the run resumes from, as LLaMA-Factory's ``get_train_args`` set it."""
+
+    checkpoint: str
+    global_step: int | None = None  # trainer_state.json's global_step
+    total_steps: int | None = None  # max_steps, or the checkpointed run's own max_steps
+    steps_left: int | None = None
+    loadable: bool = True
+
+
+@dataclass
+class DryRun:
+    findings: list[Finding] = field(default_factory=list)
+    not_checked: list[str] = field(default_factory=list)  # "not checked: <what> (<why>)"
+    rows: dict[str, int] | None = None  # {"train": n, "eval": m} after LLaMA-Factory's processing
+    rows_estimated: bool = False  # True when the rows were capped and the counts scaled to the full data
+    resume: Resume | None = None
+    stage: str | None = None
+    data_stage: str | None = None
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per step
+    # the parameters of the model load_model + init_adapter built (memory.count_model), with the optimizer
+    # state per trainable element once the trainer's optimizer class is known; None when not built
+    built: ModelMemory | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not any(f.level is Level.ERROR for f in self.findings)
+
+    def skip(self, what: str, why: str) -> None:
+        line = f"not checked: {what} ({why})"
+        self.not_checked.append(line)
+        self.findings.append(
+            Finding(
+                code="DRY_RUN_NOT_CHECKED",
+                level=Level.INFO,
+                message=line + ".",
+                fix="Nothing to do here; it is checked when the run starts on a machine that has it.",
+            )
+        )
+
+    def error(self, *, code: str, message: str, fix: str, key: str | None = None) -> None:
+        self.findings.append(Finding(code=code, level=Level.ERROR, message=message, fix=fix, key=key))
+
+    def add(self, *, code: str, level: Level, message: str, fix: str, key: str | None = None) -> None:
+        self.findings.append(Finding(code=code, level=level, message=message, fix=fix, key=key))
+
+
+@contextlib.contextmanager
+def _hub_offline() -> Iterator[None]:
+    """Nothing is downloaded: huggingface_hub answers from the cache only (its HF_HUB_OFFLINE switch)."""
+    import huggingface_hub.constants as hub
+
+    saved = hub.HF_HUB_OFFLINE
+    hub.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        hub.HF_HUB_OFFLINE = saved
+
+
+def _words(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    cause = exc.__cause__
+    if cause is not None and str(cause) and str(cause) not in text:
+        text += f" ({' '.join(str(cause).split())})"
+    return text if len(text) <= 600 else text[:597] + "..."
+
+
+def _meta_limitation(exc: BaseException) -> bool:
+    """Whether ``exc`` is the meta device's limit rather than a refusal, told by its type and where it was
+    raised, not its words: a NotImplementedError raised inside torch or by a native op (an op without a
+    Meta kernel, ``.tolist()``), or a RuntimeError raised by a native op rather than a ``raise`` statement,
+    or by torch's meta kernels themselves (``_meta_registrations``: ``Tensor.item() cannot be called on meta
+    tensors``), not by their shape checks (``torch._check``, which fail on real weights too). A refusal by
+    LLaMA-Factory, transformers, peft or the Hub (a missing adapter folder, a module name) is a ``raise`` in
+    their own code."""
+    if not isinstance(exc, RuntimeError):  # NotImplementedError is one
+        return False
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    code = tb.tb_frame.f_code
+    native = not any(i.offset == tb.tb_lasti and i.opname.startswith("RAISE") for i in dis.get_instructions(code))
+    import torch
+
+    where = os.path.abspath(code.co_filename)
+    if isinstance(exc, NotImplementedError):  # a RuntimeError subclass: checked first
+        return native or where.startswith(os.path.dirname(torch.__file__) + os.sep)
+    # a shape check fails in torch/__init__.py (torch._check): a real refusal
+    return native or where == os.path.abspath(inspect.getfile(torch._meta_registrations))
+
+
+def reachable(run: DryRun, model_args: Any) -> bool:
+    """config.json local or in the Hugging Face cache, decided by transformers' own ``cached_file``."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+    from transformers.utils import CONFIG_NAME, cached_file
+
+    name = model_args.model_name_or_path
+    if os.path.isdir(name):
+        return True
+    try:
+        found = cached_file(
+            name,
+            CONFIG_NAME,
+            cache_dir=model_args.cache_dir,
+            revision=model_args.model_revision,
+            local_files_only=True,
+            _raise_exceptions_for_missing_entries=False,
+            _raise_exceptions_for_connection_errors=False,
+        )
+    except HFValidationError:
+        found = None
+    except OSError:
+        found = None
+    if found:
+        return True
+    try:
+        validate_repo_id(name)
+    except HFValidationError as exc:
+        run.error(
+            code="MODEL_NOT_FOUND",
+            message=f"model_name_or_path {name} is not a folder here and not a Hugging Face repo id "
+            f"(huggingface_hub: {_words(exc)}).",
+            fix="Give the model's folder (the one with config.json) or a Hub id such as meta-llama/Llama-3.1-8B.",
+            key="model_name_or_path",
+        )
+        return False
+    run.skip(
+        "tokenizer, template, data pipeline and model modules",
+        f"{name} is not local and not in the Hugging Face cache",
+    )
+    return False
