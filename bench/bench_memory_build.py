@@ -30,6 +30,9 @@ from llamafactory_rocm.demo.tiny import build_tiny_model, texts_from_dataset
 from llamafactory_rocm.resources import datasets_dir
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from tests.test_memory_built import shape_folder, transformers_meta_bytes  # noqa: E402  (one oracle for both)
+
 SHAPES = (
     "qwen3_30b_a3b",
     "qwen3_moe_defaults",
@@ -41,29 +44,6 @@ SHAPES = (
     "qwen3_defaults",
 )
 GIB = 2**30
-
-
-def shape_folder(name: str, tokenizer_from: Path, into: Path) -> Path:
-    """A model folder: the shape's config.json and the tiny tokenizer's files, no weights."""
-    shape = json.loads((ROOT / "llamafactory_rocm" / "models" / f"{name}.json").read_text())["config"]
-    folder = into / name
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(shape))
-    for file in ("tokenizer.json", "tokenizer_config.json"):
-        (folder / file).write_bytes((tokenizer_from / file).read_bytes())
-    return folder
-
-
-def meta_weight_bytes(folder: Path) -> int:
-    """The oracle: transformers' own model class for the config, built on the meta device."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
-
-    config = AutoConfig.from_pretrained(folder)
-    auto = AutoModelForImageTextToText if type(config) in AutoModelForImageTextToText._model_mapping else None
-    with torch.device("meta"):
-        model = (auto or AutoModelForCausalLM).from_config(config)
-    return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
 def lora_config(folder: Path, out: Path) -> dict:
@@ -131,7 +111,7 @@ def main() -> None:
             folder = shape_folder(name, tiny, work / "shapes")
             config_path = work / f"{name}.yaml"
             config_path.write_text(yaml.safe_dump(lora_config(folder, work / "out" / name)))
-            oracle = meta_weight_bytes(folder) / GIB
+            oracle = transformers_meta_bytes(folder) / GIB
             runs = [check(config_path, args.gpu, args.pythonpath) for _ in range(args.runs)]
             wall = median([r[0] for r in runs])
             rss = median([r[1] for r in runs])
