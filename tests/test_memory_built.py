@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import make_ctx
+from tests.conftest import make_ctx
 
 import llamafactory_rocm.models as models_package
 from llamafactory_rocm.lf.dry_run import dry_launch
