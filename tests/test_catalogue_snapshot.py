@@ -194,14 +194,14 @@ def test_overrides_in_the_wild_are_the_docs_and_stay_in_their_family():
             assert info is None or info.family == sibling.family, (target, override.value)
 
 
-def test_the_multi_gpu_and_serving_facts_are_those_the_rules_hold_today():
-    # rules/world.py and rules/serving.py (owned elsewhere) still hold these as constants; the catalogue
-    # carries the same facts for them to read (issue 31).
-    from llamafactory_rocm.rules import serving
-
+def test_the_serving_facts_are_the_published_lists_and_the_rules_read_them():
+    # rules/serving.py reads vllm_rocm/sglang_rocm from the catalogue (one source); the sets are the ones
+    # vLLM's ROCm requirements and SGLang's ROCm builds publish (docs/after-training.md#t3, #t5)
     cat = load_catalogue()
-    assert {a for a, i in cat.archs.items() if i.vllm_rocm} == set(serving.VLLM_ROCM_ARCHS)
-    assert {a for a, i in cat.archs.items() if i.sglang_rocm} == set(serving.SGLANG_ROCM_ARCHS)
+    assert set(cat.archs_where("vllm_rocm")) == {
+        "gfx90a", "gfx942", "gfx950", "gfx1100", "gfx1101", "gfx1150", "gfx1151", "gfx1200", "gfx1201"
+    }  # fmt: skip
+    assert set(cat.archs_where("sglang_rocm")) == {"gfx942", "gfx950"}
     assert set(cat.archs["gfx942"].rccl_env) >= {"NCCL_MIN_NCHANNELS", "HSA_NO_SCRATCH_RECLAIM"}
     for arch, info in cat.archs.items():
         for field in ("vllm_rocm", "sglang_rocm", "rccl_env"):

@@ -81,26 +81,8 @@ def key_cases() -> list[tuple[str, Any]]:
     return [(key, rng.choice(WRONG_VALUES)) for key in sorted(load_schema().keys)]
 
 
-# Crashes found by this fuzz (the seeded sample above, and every key with each of a NUL string, a list, a
-# mapping and a number), in code others own: each stays named, a strict xfail, until it is fixed (then it
-# passes, the xfail fails, and the entry goes). (key, value) -> where it crashes.
-_DRY_RUN = "lf/dry_run.py"
-KNOWN_CRASHES: dict[tuple[str, str], str] = {
-    ("cache_dir", "True"): f"{_DRY_RUN}:232 TypeError: expected str, bytes or os.PathLike object, not bool",
-    ("cache_dir", "[1, [2]]"): f"{_DRY_RUN}:232 TypeError: expected str, bytes or os.PathLike object, not list",
-    ("cache_dir", "{'a': 1}"): f"{_DRY_RUN}:232 TypeError: expected str, bytes or os.PathLike object, not dict",
-    ("cache_dir", "7"): f"{_DRY_RUN}:232 TypeError: expected str, bytes or os.PathLike object, not int",
-    ("model_revision", "True"): f"{_DRY_RUN}:232 TypeError: expected string or bytes-like object, got 'bool'",
-    ("model_revision", "[1, [2]]"): f"{_DRY_RUN}:232 TypeError: expected string or bytes-like object, got 'list'",
-    ("model_revision", "7"): f"{_DRY_RUN}:232 TypeError: expected string or bytes-like object, got 'int'",
-    ("model_name_or_path", "[1, [2]]"): f"{_DRY_RUN}:229 TypeError: stat: path should be string, ..., not list",
-    ("model_name_or_path", "{'a': 1}"): f"{_DRY_RUN}:229 TypeError: stat: path should be string, ..., not dict",
-    ("log_level", "[1, [2]]"): f"{_DRY_RUN}:580 TypeError: unhashable type: 'list'",
-    ("log_level_replica", "{'a': 1}"): f"{_DRY_RUN}:580 TypeError: unhashable type: 'dict'",
-    ("optim_args", "[1, [2]]"): f"{_DRY_RUN}:594 AttributeError: 'list' object has no attribute 'replace'",
-    ("optim_args", "7"): f"{_DRY_RUN}:594 AttributeError: 'int' object has no attribute 'replace'",
-    ("report_to", "{'a': 1}"): f"{_DRY_RUN}:644 TypeError: unhashable type: 'dict'",
-}
+# What a wider run of this fuzz (every key with a NUL string, a list, a mapping and a number) once
+# crashed on; each is now a finding or one line, run every time.
 FOUND_WIDER = [  # (key, value) the wider fuzz found, run every time
     ("cache_dir", [1, [2]]),
     ("model_revision", 7),
@@ -114,12 +96,6 @@ FOUND_WIDER = [  # (key, value) the wider fuzz found, run every time
     ("dataset", 123),
     ("stage", 123),
 ]
-
-
-def _known(key: str, value: Any, request: pytest.FixtureRequest) -> None:
-    reason = KNOWN_CRASHES.get((key, repr(value)))
-    if reason:
-        request.applymarker(pytest.mark.xfail(reason=reason, strict=SEED == DEFAULT_SEED))
 
 
 FILES: dict[str, bytes] = {
@@ -178,16 +154,14 @@ CASES = key_cases()
 
 
 @pytest.mark.parametrize(("key", "value"), CASES, ids=[f"{key}-{type(value).__name__}" for key, value in CASES])
-def test_a_wrong_value_for_any_key_is_a_finding_or_one_line(key, value, workdir, tmp_path, monkeypatch, request):
-    _known(key, value, request)
+def test_a_wrong_value_for_any_key_is_a_finding_or_one_line(key, value, workdir, tmp_path, monkeypatch):
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump({**BASE, key: value}, allow_unicode=True))
     assert_clean(*run_check(path, workdir, monkeypatch))
 
 
 @pytest.mark.parametrize(("key", "value"), FOUND_WIDER, ids=[f"{k}-{type(v).__name__}" for k, v in FOUND_WIDER])
-def test_what_the_wider_fuzz_found_is_a_finding_or_one_line(key, value, workdir, tmp_path, monkeypatch, request):
-    _known(key, value, request)
+def test_what_the_wider_fuzz_found_is_a_finding_or_one_line(key, value, workdir, tmp_path, monkeypatch):
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump({**BASE, key: value}, allow_unicode=True))
     assert_clean(*run_check(path, workdir, monkeypatch))

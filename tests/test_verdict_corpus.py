@@ -603,6 +603,20 @@ CASES: tuple[Case, ...] = (
         **fails("KeyError: 'loud'", "TRAINER_SETUP_REFUSED"),
     ),
     Case(
+        "type_optim_args_int",
+        "type",
+        "a string field given a number (transformers' _parse_optim_args calls .replace on it)",
+        {"optim_args": 7},
+        **fails("'int' object has no attribute 'replace'", "VALUE_TYPE_STOPS_LAUNCH"),
+    ),
+    Case(
+        "type_report_to_mapping",
+        "type",
+        "a string field given a mapping (transformers looks it up among its reporters)",
+        {"report_to": {"a": 1}},
+        **fails("unhashable type: 'dict'", "VALUE_TYPE_STOPS_LAUNCH"),
+    ),
+    Case(
         "choice_flash_attn",
         "type",
         "flash_attn outside its Literal",

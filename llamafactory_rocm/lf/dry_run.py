@@ -85,8 +85,33 @@ def dry_launch(config: Mapping[str, Any], *, rows_cap: int = 256, deepspeed_else
         run.timings["parse"] = time.perf_counter() - start
         launch = _Launch(run, tmp, rows_cap, *args[:4])
         launch.deepspeed_elsewhere = deepspeed_elsewhere
-        launch.go()
+        try:
+            launch.go()
+        except (TypeError, AttributeError) as exc:
+            if not _stopped_by_unconverted_values(run, config, launch.step, exc):
+                raise  # no value of another type to blame: a bug of ours, said as one (exit 4)
     return run
+
+
+def _stopped_by_unconverted_values(run: DryRun, config: Mapping[str, Any], step: str, exc: Exception) -> bool:
+    """A launch step stopped with a type error while the config hands a string field another type
+    (``cache_dir: true``: huggingface_hub's ``Path(cache_dir)``; ``optim_args: 7``: transformers'
+    ``_parse_optim_args``); stock LLaMA-Factory stops there with the same traceback. Said as an error naming
+    those keys; False where the config has none (then the error is not the config's)."""
+    from .schema import load_schema
+
+    suspects = load_schema().unconverted_values(config)
+    if not suspects:
+        return False
+    named = ", ".join(f"{s.key}: {s.value!r} (type {type(s.value).__name__})" for s in suspects[:3])
+    run.error(
+        code="VALUE_TYPE_STOPS_LAUNCH",
+        message=f"{named} where LLaMA-Factory's field takes a string; its parser hands YAML values on "
+        f"unconverted, and the launch stops at its {step} step with {type(exc).__name__}: {_words(exc)}",
+        fix=f"Give {suspects[0].key} a string (quoted in YAML), or remove it.",
+        key=suspects[0].key,
+    )
+    return True
 
 
 class _Launch:
@@ -103,8 +128,10 @@ class _Launch:
         self.user_max_samples: int | None = None
         self.tokenized_max_id: int | None = None
         self.tokenized_vocab = 0
+        self.step = "workflow"  # the launch step running now, for a type error's message
 
     def timed(self, name: str, step: Callable[[], None]) -> None:
+        self.step = name
         start = time.perf_counter()
         try:
             step()
@@ -129,6 +156,7 @@ class _Launch:
             run.skip("the data pipeline", str(exc))
         self.check_stage_requirements()
         self.timed("output_dir", self.check_output_dir)
+        self.step = "model lookup"
         reachable = self.reachable()
         if reachable:
             self.timed("tokenizer", self.tokenizer_and_template)

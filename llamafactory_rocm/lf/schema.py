@@ -68,6 +68,24 @@ class Schema:
         """Each value outside its field's choices, which LLaMA-Factory's YAML path does not check itself."""
         return [found for found in self._judge_values(config) if isinstance(found, NotAChoice)]
 
+    def unconverted_values(self, config: Mapping[str, Any]) -> list[ValueProblem]:
+        """Each value handed on as another type than its string field's (``cache_dir: true``,
+        ``optim_args: 7``): ``parse_dict`` converts nothing, and the code that reads the field may
+        take it or stop on it. Not judged here: the dry run names these when a launch step stops with a
+        type error (``lf/dry_run.py``), since LLaMA-Factory splits lists for some string fields
+        (``dataset``, ``lora_target``) and transformers takes a mapping for ``deepspeed``."""
+        if self.parser is None:
+            return []
+        found = []
+        for key, value in config.items():
+            action = self.parser._option_string_actions.get(f"--{key}")
+            if action is None or value is None or isinstance(value, str) or _typed(action):
+                continue
+            if action.nargs in ("+", "*") and isinstance(value, list) and all(isinstance(v, str) for v in value):
+                continue
+            found.append(ValueProblem(key, value, "a string"))
+        return found
+
     def _judge_values(self, config: Mapping[str, Any]) -> list[ValueProblem | Coercion | NotAChoice]:
         """Values as LLaMA-Factory receives them from a YAML file: ``HfArgumentParser.parse_dict`` (parser.py
         ``_parse_args``) converts nothing, so a quoted number reaches the optimizer as a string. The declared
@@ -125,7 +143,7 @@ def _judge(action: argparse.Action, key: str, value: Any) -> ValueProblem | Coer
             return ValueProblem(key, value, expected)
         return None if all(_is_choice(action, item) for item in items) else NotAChoice(key, value, expected)
     kind = action.type
-    if kind is int or kind is float or getattr(kind, "__name__", "") == "string_to_bool":
+    if _typed(action):
         new = _lossless(kind, value)
         if new is None:
             return ValueProblem(key, value, expected)
@@ -133,6 +151,12 @@ def _judge(action: argparse.Action, key: str, value: Any) -> ValueProblem | Coer
     if not _converts(action, value):
         return ValueProblem(key, value, expected)
     return None if _is_choice(action, value) else NotAChoice(key, value, expected)
+
+
+def _typed(action: argparse.Action) -> bool:
+    """A number or bool field: ``_judge`` converts or refuses its values; the rest take strings."""
+    kind = action.type
+    return kind is int or kind is float or getattr(kind, "__name__", "") == "string_to_bool"
 
 
 def _lossless(kind: Any, value: Any) -> Any:

@@ -138,6 +138,10 @@ class Catalogue(BaseModel):
     def arch(self, target: str) -> ArchInfo | None:
         return self.archs.get(base_arch(target))
 
+    def archs_where(self, flag: str) -> tuple[str, ...]:
+        """The targets whose boolean fact ``flag`` holds (``vllm_rocm``: vLLM's ROCm build lists them)."""
+        return tuple(target for target, info in self.archs.items() if getattr(info, flag))
+
     def gpu(self, alias: str) -> tuple[Product, ArchInfo] | None:
         wanted = normalise_alias(alias)
         for info in self.archs.values():

@@ -17,12 +17,6 @@ from ..findings import Finding, Level
 from .adapter import adapter_paths, read_adapter_config
 from .base import Context, Rule, Step, lf_value, unchanged
 
-# vLLM's ROCm requirements list these GPUs (vllm docs/getting_started/installation/gpu.rocm.inc.md):
-# MI200s gfx90a, MI300 gfx942, MI350 gfx950, RX 7900 gfx1100/1101, RX 9000 gfx1200/1201, Ryzen AI
-# gfx1150/1151. Not gfx906 (vllm#33811), gfx908, gfx1030 (docs/after-training.md#t3).
-VLLM_ROCM_ARCHS = ("gfx90a", "gfx942", "gfx950", "gfx1100", "gfx1101", "gfx1150", "gfx1151", "gfx1200", "gfx1201")
-# SGLang's ROCm builds target gfx942 and gfx950 (sgl-project/sglang#11195; docs/after-training.md#t5).
-SGLANG_ROCM_ARCHS = ("gfx942", "gfx950")
 # vLLM's prebuilt ROCm wheels are built for this Python only (gpu.rocm.inc.md, "Prebuilt Wheels").
 VLLM_ROCM_WHEEL_PYTHON = (3, 12)
 # The values vLLM's LoRAConfig accepts for max_lora_rank (vllm/config/lora.py, recent releases).
@@ -73,7 +67,10 @@ def _installed(ctx: Context, name: str) -> tuple[bool | None, str | None]:
     return None, None
 
 
-def _arch_findings(backend: str, supported: tuple[str, ...], ctx: Context, why: str, *, code: str) -> list[Finding]:
+def _arch_findings(backend: str, ctx: Context, why: str, *, code: str) -> list[Finding]:
+    """An error for each visible arch that the catalogue does not list for ``backend``'s ROCm build
+    (``vllm_rocm`` / ``sglang_rocm`` in catalogue/archs.json, with their sources)."""
+    supported = ctx.catalogue.archs_where(f"{backend}_rocm")
     findings = []
     for arch in _archs(ctx):
         if arch in supported:
@@ -94,9 +91,7 @@ def _arch_findings(backend: str, supported: tuple[str, ...], ctx: Context, why: 
 def vllm_on_rocm(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     if _backend(config) != "vllm" or not _on_amd(ctx):
         return unchanged(config, env)
-    findings = _arch_findings(
-        "vllm", VLLM_ROCM_ARCHS, ctx, "vLLM's ROCm build supports these GPUs only", code="VLLM_ARCH_UNSUPPORTED"
-    )
+    findings = _arch_findings("vllm", ctx, "vLLM's ROCm build supports these GPUs only", code="VLLM_ARCH_UNSUPPORTED")
     if findings:
         return unchanged(config, env, *findings)
     wheel_py = ".".join(map(str, VLLM_ROCM_WHEEL_PYTHON))
@@ -165,7 +160,7 @@ def sglang_on_rocm(config: Mapping[str, Any], env: Mapping[str, str], ctx: Conte
     if _backend(config) != "sglang" or not _on_amd(ctx):
         return unchanged(config, env)
     findings = _arch_findings(
-        "sglang", SGLANG_ROCM_ARCHS, ctx, "SGLang's ROCm builds target these GPUs only", code="SGLANG_ARCH_UNSUPPORTED"
+        "sglang", ctx, "SGLang's ROCm builds target these GPUs only", code="SGLANG_ARCH_UNSUPPORTED"
     )
     if findings or not ctx.planned:  # here, a missing SGLang is LLaMA-Factory's own refusal (check_version)
         return unchanged(config, env, *findings)
@@ -261,9 +256,7 @@ CHAT_RULES: tuple[Rule, ...] = (vllm_on_rocm, sglang_on_rocm, vllm_lora_rank, in
 
 __all__ = [
     "CHAT_RULES",
-    "SGLANG_ROCM_ARCHS",
     "VLLM_LORA_RANKS",
-    "VLLM_ROCM_ARCHS",
     "infer_bf16_emulated",
     "sglang_on_rocm",
     "vllm_lora_rank",
