@@ -2,27 +2,34 @@
 
 ``llamafactory_rocm.pth`` runs in every Python process of the environment, so it imports nothing:
 it appends a one-line meta-path finder that ignores every import except ``llamafactory.*``, and
-only then imports this module (``lazy_find_spec``). From here on, three modules are hooked.
+only then imports this module (``lazy_find_spec``). What is hooked is read from the registry of
+LLaMA-Factory commands (``lf/commands.py`` ``REGISTRY``, each entry's ``hooks``), on the first
+``llamafactory.*`` import while the check is on: when a module an entry names has executed, each function
+named in it is replaced by ``wrapper(original, command)``, once.
 
-- ``llamafactory.train.tuner``: after it executes, ``run_exp`` is wrapped (``hook.wrap_run_exp``).
-  Every training entry point goes through it: ``llamafactory-cli train``/``lmf train`` (launcher
-  ``launch()``), the torchrun child ranks (``launcher.py`` ``__main__``) and ``run_exp(args=...)``.
-  ``export_model`` in the same module is wrapped too (``after.wrap_export_model``): ``llamafactory-cli
-  export`` and LlamaBoard's export tab.
-- ``llamafactory.chat.chat_model``: ``ChatModel.__init__`` is wrapped (``after.wrap_chat_model_init``):
+- ``llamafactory.train.tuner``: ``run_exp`` (train: ``train.hook.wrap_run_exp``). Every training entry
+  point goes through it: ``llamafactory-cli train``/``lmf train`` (launcher ``launch()``), the torchrun
+  child ranks (``launcher.py`` ``__main__``) and ``run_exp(args=...)``. ``export_model`` in the same module
+  (export: ``train.after.wrap_export_model``): ``llamafactory-cli export`` and LlamaBoard's export tab.
+- ``llamafactory.chat.chat_model``: ``ChatModel.__init__`` (``train.after.wrap_chat_model_init``):
   ``chat``, ``api`` and ``webchat`` all construct a ChatModel (docs/after-training.md#t8).
 - ``llamafactory.webui.interface`` and ``llamafactory.api.app``: ``run_web_ui``, ``run_web_demo`` and
-  ``run_api`` first say, in one line, when the server will listen beyond the loopback without a password
-  or key (``lf.exposure``); nothing about the server is changed.
+  ``run_api`` (webui, webchat, api: ``lf.exposure.wrap_server_entry``) first say, in one line, when the
+  server will listen beyond the loopback without a password or key; nothing about the server is changed.
+- ``eval`` hooks nothing: ``llamafactory-cli eval`` raises NotImplementedError in 0.9.5 and main.
+
+Two more, not commands:
+
 - ``llamafactory.v1.launcher`` (LLaMA-Factory main, ``USE_V1=1``): its ``launch`` never calls ``run_exp``,
   so it first says in one line that the run is not checked (``lf.v1_launcher``).
 - ``llamafactory.data.mm_plugin``: it imports torchaudio unconditionally, for audio inputs only.
   When torchaudio is missing or broken, a stand-in is visible while that one module executes; it
   raises a clear error only if audio is really used.
 
-``LLAMAFACTORY_ROCM=0`` switches the check off: no rewrite, record, guard or summary. The torchaudio
-stand-in stays, so that stock ``llamafactory-cli train`` still imports where torchaudio cannot (the
-README's install): without it the off switch would leave text training unable to start.
+``LLAMAFACTORY_ROCM=0`` switches the check off: no rewrite, record, guard or summary (and the registry is
+not read). The torchaudio stand-in stays, so that stock ``llamafactory-cli train`` still imports where
+torchaudio cannot (the README's install): without it the off switch would leave text training unable to
+start.
 """
 
 from __future__ import annotations
@@ -40,11 +47,7 @@ else:
     ModuleType = type(sys)
 
 SWITCH = "LLAMAFACTORY_ROCM"
-TUNER = "llamafactory.train.tuner"
-CHAT_MODEL = "llamafactory.chat.chat_model"
 MM_PLUGIN = "llamafactory.data.mm_plugin"
-WEBUI = "llamafactory.webui.interface"
-API = "llamafactory.api.app"
 V1_LAUNCHER = "llamafactory.v1.launcher"
 
 
@@ -59,69 +62,61 @@ def _step_aside(exc: Exception) -> None:
     say(f"pre-launch check is off for this run ({exc}); set {SWITCH}=0 to silence this line.")
 
 
-def _patch_tuner(module: ModuleType) -> None:
-    original = getattr(module, "run_exp", None)
-    if not getattr(original, "__llamafactory_rocm__", False):
-        try:
-            from llamafactory_rocm.train.hook import wrap_run_exp
-
-            module.run_exp = wrap_run_exp(original)  # type: ignore[attr-defined]
-        except Exception as exc:
-            _step_aside(exc)
-    export = getattr(module, "export_model", None)
-    if export is not None and not getattr(export, "__llamafactory_rocm__", False):
-        try:
-            from llamafactory_rocm.train.after import wrap_export_model
-
-            module.export_model = wrap_export_model(export)  # type: ignore[attr-defined]
-        except Exception as exc:
-            _step_aside(exc)
+_HOOKED: list[dict[str, tuple[tuple[str, str, str, bool], ...]]] = []  # read once, on first use
 
 
-def _patch_chat_model(module: ModuleType) -> None:
-    chat_model = getattr(module, "ChatModel", None)
-    init = getattr(chat_model, "__init__", None)
-    if chat_model is None or getattr(init, "__llamafactory_rocm__", False):
+def _hooked() -> dict[str, tuple[tuple[str, str, str, bool], ...]]:
+    """LLaMA-Factory module -> (qualified name, wrapper, command, required) for each function hooked in it."""
+    if not _HOOKED:
+        from llamafactory_rocm.lf.commands import hooked_modules
+
+        _HOOKED.append(hooked_modules())
+    return _HOOKED[0]
+
+
+def _wrap_function(module: ModuleType, qualname: str, wrapper: str, command: str, required: bool) -> None:
+    """Replace ``qualname`` in ``module`` by ``wrapper(original, command)`` once; step aside in one line if
+    that fails, or if a ``required`` function is missing."""
+    *path, name = qualname.split(".")
+    owner: object = module
+    for part in path:
+        owner = getattr(owner, part, None)
+    original = None if owner is None else getattr(owner, name, None)
+    if getattr(original, "__llamafactory_rocm__", False) or (original is None and not required):
         return
     try:
-        from llamafactory_rocm.train.after import wrap_chat_model_init
+        if original is None:
+            raise AttributeError(f"{module.__name__} has no {qualname}")
+        from llamafactory_rocm.lf.commands import resolve
 
-        chat_model.__init__ = wrap_chat_model_init(init)  # type: ignore[misc]
+        setattr(owner, name, resolve(wrapper)(original, command))
     except Exception as exc:
         _step_aside(exc)
 
 
-def _wrap_attr(module: ModuleType, name: str, wrap: Callable[[Callable], Callable]) -> None:
-    """Replace ``module.name`` by ``wrap(module.name)`` once; step aside in one line if that fails."""
-    original = getattr(module, name, None)
-    if original is None or getattr(original, "__llamafactory_rocm__", False):
-        return
-    try:
-        setattr(module, name, wrap(original))
-    except Exception as exc:
-        _step_aside(exc)
-
-
-def _patch_servers(module: ModuleType) -> None:
-    from llamafactory_rocm.lf.exposure import wrap_server_entry
-
-    for name, command in (("run_web_ui", "webui"), ("run_web_demo", "webchat"), ("run_api", "api")):
-        _wrap_attr(module, name, lambda entry, command=command: wrap_server_entry(entry, command))
+def _patch(module: ModuleType) -> None:
+    """Every function the registry hooks in ``module``."""
+    for qualname, wrapper, command, required in _hooked().get(module.__name__, ()):
+        _wrap_function(module, qualname, wrapper, command, required)
 
 
 def _patch_v1_launcher(module: ModuleType) -> None:
     from llamafactory_rocm.lf.v1_launcher import wrap_launch
 
-    _wrap_attr(module, "launch", wrap_launch)
+    original = getattr(module, "launch", None)
+    if original is None or getattr(original, "__llamafactory_rocm__", False):
+        return
+    try:
+        module.launch = wrap_launch(original)  # type: ignore[attr-defined]
+    except Exception as exc:
+        _step_aside(exc)
 
 
-_PATCHES = {
-    TUNER: _patch_tuner,
-    CHAT_MODEL: _patch_chat_model,
-    WEBUI: _patch_servers,
-    API: _patch_servers,
-    V1_LAUNCHER: _patch_v1_launcher,
-}
+def _patch_for(fullname: str) -> Callable[[ModuleType], None] | None:
+    """The patch for module ``fullname``, None for a module not hooked."""
+    if fullname == V1_LAUNCHER:
+        return _patch_v1_launcher
+    return _patch if fullname in _hooked() else None
 
 
 class _HookedLoader:
@@ -145,21 +140,21 @@ class _HookedLoader:
                 self._inner.exec_module(module)
         else:
             self._inner.exec_module(module)
-            _PATCHES[self._fullname](module)
+            patch = _patch_for(self._fullname)
+            if patch is not None:
+                patch(module)
 
 
 class _Finder:
     """A meta-path finder (importlib's MetaPathFinder protocol) for the modules we hook."""
 
-    targets = (TUNER, CHAT_MODEL, WEBUI, API, V1_LAUNCHER, MM_PLUGIN)
-
     def find_spec(
         self, fullname: str, path: object = None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if fullname not in self.targets:
-            return None
-        if fullname in _PATCHES and not (_FORCED[0] or enabled()):
+        if fullname != MM_PLUGIN and not (_FORCED[0] or enabled()):
             return None  # switched off: only the torchaudio stand-in stays
+        if fullname != MM_PLUGIN and _patch_for(fullname) is None:
+            return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)  # type: ignore[arg-type]
         if spec is None or spec.loader is None:
             return None
@@ -183,8 +178,9 @@ def install(*, force: bool = False, on_installed: Callable[[], None] | None = No
         sys.meta_path.insert(0, _FINDER)  # the torchaudio stand-in, even when switched off
     if not (force or enabled()):
         return False
-    for name, patch in _PATCHES.items():
-        if name in sys.modules:  # imported before we were armed
+    for name in (*_hooked(), V1_LAUNCHER):
+        patch = _patch_for(name)
+        if patch is not None and name in sys.modules:  # imported before we were armed
             patch(sys.modules[name])
     if on_installed:
         on_installed()

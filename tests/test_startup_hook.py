@@ -82,7 +82,7 @@ def test_an_unexpected_run_exp_makes_the_hook_step_aside_with_one_line(capsys):
     changed = types.ModuleType("llamafactory.train.tuner")
     changed.run_exp = lambda config: config  # a future LLaMA-Factory with another signature
     original = changed.run_exp
-    _startup._patch_tuner(changed)
+    _startup._patch(changed)
     assert changed.run_exp is original
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "pre-launch check is off for this run" in err[0]
@@ -148,9 +148,9 @@ def test_a_module_without_export_model_keeps_only_the_run_exp_hook(capsys):
 
     module = types.ModuleType("llamafactory.train.tuner")
     module.run_exp = lambda args=None, callbacks=None: None
-    _startup._patch_tuner(module)
+    _startup._patch(module)
     assert getattr(module.run_exp, "__llamafactory_rocm__", False) and not hasattr(module, "export_model")
-    _startup._patch_chat_model(types.ModuleType("llamafactory.chat.chat_model"))  # no ChatModel: steps aside
+    _startup._patch(types.ModuleType("llamafactory.chat.chat_model"))  # no ChatModel: steps aside
 
 
 def test_the_server_and_v1_entries_are_wrapped_once_and_keep_their_signatures():
@@ -164,7 +164,7 @@ def test_the_server_and_v1_entries_are_wrapped_once_and_keep_their_signatures():
         "    print(getattr(f, '__llamafactory_rocm__', False), list(inspect.signature(f).parameters))\n"
         "from llamafactory_rocm import _startup\n"
         "before = interface.run_web_ui\n"
-        "_startup._patch_servers(interface)\n"
+        "_startup._patch(interface)\n"
         "print('SAME', interface.run_web_ui is before)\n"
     )
     result = run_python(code)
@@ -175,6 +175,6 @@ def test_a_server_module_without_the_entries_is_left_as_it_is(capsys):
     import types
 
     module = types.ModuleType("llamafactory.webui.interface")
-    _startup._patch_servers(module)
+    _startup._patch(module)
     _startup._patch_v1_launcher(module)
     assert vars(module).keys() == types.ModuleType("x").__dict__.keys() and capsys.readouterr().err == ""

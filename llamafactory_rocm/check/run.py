@@ -8,10 +8,11 @@ memory: rules.PLAN_RULES) run once, last, on what the dry run found. A request a
 ``Depth.RULES`` (a rank whose node's first rank checks fully) runs the pure rules only: the resolved
 config is the same on every rank because resolution is deterministic; only the costly parts are skipped.
 
-``request.command`` routes the check (lf/commands.py): ``train`` as above; ``export``, ``chat``, ``api``,
-``webchat`` and ``eval`` run their own rules (``rules_for``) and LLaMA-Factory's own parser for that
-command (``command_verdict``: ``export_model`` up to its first load, ``get_infer_args``, ``get_eval_args``);
-no data pass, no dry launch (docs/after-training.md#t8).
+``request.command`` routes the check by its entry in lf/commands.py's ``REGISTRY``: ``train`` (``dry:
+"launch"``) as above; ``export``, ``chat``, ``api``, ``webchat`` and ``eval`` run the rule chain their entry
+names (``rules_for``) and LLaMA-Factory's own parser for that command (``command_verdict``: ``export_model``
+up to its first load, ``get_infer_args``, ``get_eval_args``); no data pass, no dry launch; those whose entry
+says ``dry: "load"`` are then built dry (lf/dry_load.py; eval is not; docs/after-training.md#t8).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..findings import Finding, Level, has_errors
-from ..lf.commands import COMMANDS, DRY_LOADED, command_keys, command_verdict
+from ..lf.commands import COMMANDS, checked_entry, command_keys, command_verdict
 from ..lf.schema import load_schema, output_dir_of
 from ..lf.verdict import DeviceAnswers
 from ..machine.catalogue import load_catalogue
@@ -95,7 +96,7 @@ def llamafactory_verdict(config: Mapping[str, Any], ctx: Context, command: str =
     verdict = command_verdict(parsed, command, answers, load=False)  # the dry load reports in its own codes
     if verdict.accepted:
         return notes
-    which = "" if command == "train" else f" for `llamafactory-cli {command}`"
+    which = "" if checked_entry(command).trains else f" for `llamafactory-cli {command}`"
     return [
         *notes,
         Finding(
@@ -128,7 +129,7 @@ _REFUSAL_FIXES = (
 
 
 def refusal_fix(message: str, command: str = "train") -> str:
-    if command != "train" and "not used by the HfArgumentParser" in message:
+    if not checked_entry(command).trains and "not used by the HfArgumentParser" in message:
         return (
             f"Remove the keys LLaMA-Factory names: `llamafactory-cli {command}` does not read them (training keys "
             "belong in the training config; --for names another command)."
@@ -195,7 +196,8 @@ def run_check(request: CheckRequest) -> Report:
         from ..errors import UsageError
 
         raise UsageError(f"unknown command {command!r}: one of {', '.join(COMMANDS)}.")
-    train = command == "train"
+    entry = checked_entry(command)
+    train = entry.trains  # the data pass, the output folder, the world and the launch run dry
     rules = rules_for(command)
     catalogue = load_catalogue()
     target = resolve_target(request.gpu, request.arch, request.config_path, catalogue)
@@ -246,13 +248,13 @@ def run_check(request: CheckRequest) -> Report:
             findings.append(rank_finding(rank))
         with judged_as(rank):
             findings += llamafactory_verdict(resolution.config, ctx, command)
-            if not has_errors(findings) and command in DRY_LOADED:  # export/chat/api/webchat built dry
+            if not has_errors(findings) and entry.dry == "load":  # export/chat/api/webchat built dry
                 from ..lf.dry_load import dry_load_findings
 
                 planned = device_answers(ctx.snapshot) is not None
                 loaded = dry_load_findings(resolution.config, command, planned=planned)
                 findings += accept_findings(loaded, request.accept)
-            if not has_errors(findings) and train:  # the dry run is LLaMA-Factory's training launch
+            if not has_errors(findings) and entry.dry == "launch":  # LLaMA-Factory's training launch, dry
                 dry_findings, dry = dry_launch_findings(resolution.config, ctx.snapshot)
                 findings += accept_findings(dry_findings, request.accept)
     plan_rules = tuple(r for r in rules if r in PLAN_RULES)

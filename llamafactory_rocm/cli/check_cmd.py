@@ -16,7 +16,7 @@ from ..check.render import report_text
 from ..check.request import CheckRequest, from_launch_args
 from ..check.run import run_check
 from ..errors import EXIT_FINDINGS, EXIT_OK
-from ..lf.commands import COMMANDS, infer_command
+from ..lf.commands import COMMANDS, checked_entry, infer_command
 from ..machine.snapshot import Snapshot
 from ._args import add_config_arguments, add_world_arguments, world_env
 
@@ -74,7 +74,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"command": command, "command_from": how, **report.as_json()}, indent=2, default=str))
     else:
-        print(f"checked for: {command} ({how})")
+        entry = checked_entry(command)
+        built = "" if entry.dry else f"; {entry.built_dry}"  # eval: its parser and rules only
+        print(f"checked for: {command} ({how}){built}")
         print(report_text(report))
     return EXIT_OK if report.ok else EXIT_FINDINGS
 

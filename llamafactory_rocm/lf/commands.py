@@ -1,4 +1,12 @@
-"""Which LLaMA-Factory command a config is for, and that command's own parser run on it.
+"""The LLaMA-Factory commands, one entry each (``REGISTRY``), and each command's own parser run on a config.
+
+An entry names, for one ``llamafactory-cli`` command, everything this package does with it: the function
+the CLI calls (read from the installed ``llamafactory/launcher.py`` by tests/test_command_registry.py), the
+parser and its dataclasses, the rule chain (by its name in rules/__init__.py), how the check builds it dry,
+the LLaMA-Factory functions the start-up hook wraps (``_startup``) and with what, and the config key naming
+the folder its launch record goes in. ``check`` (check/run.py), ``rules_for``, ``_startup`` and the hooks
+(train/hook.py, train/after.py) read the entry; a new command is one more entry. Every name is a string
+``"module:qualified.name"``, resolved only when used (``resolve``): nothing here imports LLaMA-Factory.
 
 ``llamafactory-cli train`` parses a config with ``get_train_args``; ``export``, ``chat``, ``api`` and
 ``webchat`` all parse it with ``get_infer_args`` (``export_model`` in ``llamafactory/train/tuner.py``
@@ -15,18 +23,197 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib
 import inspect
 import re
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from functools import cache, lru_cache
 from typing import Any
 
-from .verdict import DeviceAnswers, Verdict, _quiet, _restored_environ, device_answers_patched, parser_verdict
+from .verdict import DeviceAnswers, Verdict, _quiet, _restored_environ, device_answers_patched
 
-COMMANDS = ("train", "export", "chat", "api", "webchat", "eval")
-INFER_COMMANDS = frozenset({"export", "chat", "api", "webchat"})
-# The commands lf/dry_load.py builds dry (eval's Evaluator is not among them).
-DRY_LOADED = INFER_COMMANDS
+
+@dataclass(frozen=True)
+class Hook:
+    """One LLaMA-Factory function that ``_startup`` replaces by ``wrapper(original, command)`` once its module
+    has executed (``__llamafactory_rocm__`` marks it wrapped: a function shared by several commands is
+    wrapped once, by the first entry that names it)."""
+
+    target: str  # "llamafactory.train.tuner:run_exp"; a method: "llamafactory.chat.chat_model:ChatModel.__init__"
+    wrapper: str  # "llamafactory_rocm.train.hook:wrap_run_exp"
+    required: bool = False  # True: a module without it turns the check off in one line (False: left as it is)
+
+
+@dataclass(frozen=True)
+class Command:
+    """One ``llamafactory-cli`` command: what this package does with it."""
+
+    name: str
+    # What ``llamafactory-cli NAME`` calls (``launch()`` in llamafactory/launcher.py); None: it calls nothing
+    # that runs the command (``not_run`` says what it does instead).
+    cli: str | None
+    # LLaMA-Factory's parser for the config and the dataclasses it fills (their fields: the keys it accepts);
+    # None: the command reads no config, and ``check --for`` does not offer it.
+    parser: str | None = None
+    parser_args: str | None = None
+    # The rule chain, by its name in llamafactory_rocm/rules/__init__.py (``rules_for``).
+    rules: str | None = None
+    # How the check builds it dry, after the parser: "launch" (lf/dry_run.py: the training launch up to
+    # step 1, with the data pass, the world and the memory plan), "load" (lf/dry_load.py: the model on meta
+    # with its adapters), None (the parser and the rules only).
+    dry: str | None = None
+    # The LLaMA-Factory function run on the config for the verdict up to its first load (``load_tokenizer``),
+    # so its own checks before loading run too; None: the parser alone.
+    judged_through: str | None = None
+    hooks: tuple[Hook, ...] = ()
+    # The config key naming the folder its launch record goes in; None: it writes no record.
+    record: str | None = None
+    # LLaMA-Factory functions up the stack that say a hook shared with other commands runs for this one.
+    callers: tuple[str, ...] = ()
+    not_run: str = ""  # what the CLI does where ``cli`` is None
+
+    @property
+    def trains(self) -> bool:
+        """A training run: the data pass, the output folder, the world and the launch run dry apply."""
+        return self.dry == "launch"
+
+    @property
+    def built_dry(self) -> str:
+        """How the check builds it, in words for the report."""
+        if self.dry == "launch":
+            return "LLaMA-Factory's launch run dry up to step 1"
+        if self.dry == "load":
+            return "built dry, the model on the meta device"
+        return "parsed and ruled on, not built dry" + (f" ({self.not_run})" if self.not_run else "")
+
+
+_PARSER = "llamafactory.hparams.parser"
+_TUNER = "llamafactory.train.tuner"
+_CHAT_MODEL_INIT = Hook(
+    "llamafactory.chat.chat_model:ChatModel.__init__", "llamafactory_rocm.train.after:wrap_chat_model_init"
+)
+_EXPOSURE = "llamafactory_rocm.lf.exposure:wrap_server_entry"  # the one line on a server open beyond the loopback
+_INFER = {"parser": f"{_PARSER}:get_infer_args", "parser_args": f"{_PARSER}:_INFER_ARGS", "dry": "load"}
+
+
+def _serving(name: str, cli: str, *callers: str, exposed: bool = False) -> Command:
+    """chat, api and webchat: ``get_infer_args``, the chat chain, built dry, checked where they build a
+    ChatModel (``callers`` say which); ``exposed``: their server (``cli``) says in one line when it listens
+    beyond the loopback."""
+    hooks = (_CHAT_MODEL_INIT, Hook(cli, _EXPOSURE)) if exposed else (_CHAT_MODEL_INIT,)
+    return Command(name, cli=cli, rules="CHAT_CHAIN", hooks=hooks, callers=callers, **_INFER)
+
+
+# The LLaMA-Factory commands, in the order ``check --for`` lists them.
+REGISTRY: tuple[Command, ...] = (
+    Command(
+        "train",
+        cli=f"{_TUNER}:run_exp",
+        parser=f"{_PARSER}:get_train_args",
+        parser_args=f"{_PARSER}:_TRAIN_ARGS",
+        rules="TRAIN_RULES",
+        dry="launch",
+        hooks=(Hook(f"{_TUNER}:run_exp", "llamafactory_rocm.train.hook:wrap_run_exp", required=True),),
+        record="output_dir",
+    ),
+    Command(
+        "export",
+        cli=f"{_TUNER}:export_model",
+        rules="EXPORT_CHAIN",
+        judged_through=f"{_TUNER}:export_model",
+        hooks=(Hook(f"{_TUNER}:export_model", "llamafactory_rocm.train.after:wrap_export_model"),),
+        record="export_dir",
+        **_INFER,
+    ),
+    _serving("chat", "llamafactory.chat.chat_model:run_chat", "run_chat"),
+    _serving("api", "llamafactory.api.app:run_api", "run_api", exposed=True),
+    _serving("webchat", "llamafactory.webui.interface:run_web_demo", "create_web_demo", "run_web_demo", exposed=True),
+    Command(
+        "eval",
+        cli=None,
+        parser=f"{_PARSER}:get_eval_args",
+        parser_args=f"{_PARSER}:_EVAL_ARGS",
+        rules="EVAL_CHAIN",
+        not_run="`llamafactory-cli eval` raises NotImplementedError in LLaMA-Factory 0.9.5 and main",
+    ),
+    # LlamaBoard reads no config: its runs come back through the hooks above (run_exp, export_model, ChatModel).
+    Command(
+        "webui",
+        cli="llamafactory.webui.interface:run_web_ui",
+        hooks=(Hook("llamafactory.webui.interface:run_web_ui", _EXPOSURE),),
+    ),
+)
+_BY_NAME = {command.name: command for command in REGISTRY}
+# The commands ``check --for`` takes: those that read a config.
+COMMANDS = tuple(command.name for command in REGISTRY if command.parser)
+
+
+def command_entry(command: str) -> Command:
+    """The registry's entry for ``command``; ValueError for a command the check does not know."""
+    try:
+        return _BY_NAME[command]
+    except KeyError:
+        raise ValueError(f"unknown command {command!r}; one of {', '.join(COMMANDS)}") from None
+
+
+def checked_entry(command: str) -> Command:
+    """The entry of a command the check takes (one of ``COMMANDS``: it reads a config)."""
+    entry = _BY_NAME.get(command)
+    if entry is None or entry.parser is None:
+        raise ValueError(f"unknown command {command!r}; one of {', '.join(COMMANDS)}")
+    return entry
+
+
+def resolve(name: str) -> Any:
+    """``"module:qualified.name"`` imported and looked up (``llamafactory.*`` as text-only as the check
+    imports it: lf/text_only.py)."""
+    module_name, _, qualname = name.partition(":")
+    if module_name.startswith("llamafactory."):
+        from .text_only import text_only_llamafactory
+
+        with text_only_llamafactory():
+            found = importlib.import_module(module_name)
+    else:
+        found = importlib.import_module(module_name)
+    for part in qualname.split("."):
+        found = getattr(found, part)
+    return found
+
+
+def hooked_modules() -> dict[str, tuple[tuple[str, str, str, bool], ...]]:
+    """For ``_startup``: each LLaMA-Factory module to patch, with (qualified name, wrapper, command,
+    required) for each function in it, in registry order; a function shared by commands once, for the first."""
+    found: dict[str, list[tuple[str, str, str, bool]]] = {}
+    seen: set[str] = set()
+    for command in REGISTRY:
+        for hook in command.hooks:
+            if hook.target in seen:
+                continue
+            seen.add(hook.target)
+            module, _, qualname = hook.target.partition(":")
+            found.setdefault(module, []).append((qualname, hook.wrapper, command.name, hook.required))
+    return {module: tuple(hooks) for module, hooks in found.items()}
+
+
+def caller_commands() -> dict[str, str]:
+    """LLaMA-Factory function name -> command, for a hook shared by several commands (``ChatModel.__init__``)."""
+    return {caller: command.name for command in REGISTRY for caller in command.callers}
+
+
+def record_folder(config: Mapping[str, Any], command: str) -> str | None:
+    """The folder ``command``'s launch record goes in, from its entry's ``record`` key; None: it writes none.
+    ``output_dir`` unset is the folder transformers gives it (lf/schema.py ``output_dir_of``)."""
+    key = command_entry(command).record
+    if key is None:
+        return None
+    if key == "output_dir":
+        from .schema import output_dir_of
+
+        return output_dir_of(config)
+    return str(config[key])
+
+
 # The serving backends whose packages a planned machine installs itself: while planning, LLaMA-Factory's
 # check_version for them is not asked here (docs/after-training.md#t3).
 PLANNED_BACKEND_PACKAGES = frozenset({"vllm", "sglang"})
@@ -41,14 +228,7 @@ def _parser_module() -> Any:
 
 
 def _dataclasses_of(command: str) -> list[type]:
-    parser = _parser_module()
-    if command == "train":
-        return list(parser._TRAIN_ARGS)
-    if command in INFER_COMMANDS:
-        return list(parser._INFER_ARGS)
-    if command == "eval":
-        return list(parser._EVAL_ARGS)
-    raise ValueError(f"unknown command {command!r}; one of {', '.join(COMMANDS)}")
+    return list(resolve(checked_entry(command).parser_args or ""))
 
 
 @cache
@@ -107,26 +287,26 @@ def infer_command(config: Mapping[str, Any]) -> str | None:
 
 
 class _ReachedModelLoad(Exception):
-    """Raised where ``export_model`` would start loading the tokenizer: every check before it passed."""
+    """Raised where the judged function (``export_model``) would start loading the tokenizer: every check
+    before it passed."""
 
 
 @contextlib.contextmanager
-def _stop_before_loading() -> Iterator[Any]:
-    """LLaMA-Factory's own ``export_model``, stopped at its first load (``load_tokenizer``)."""
-    from .text_only import text_only_llamafactory
-
-    with text_only_llamafactory():
-        from llamafactory.train import tuner
+def _stop_before_loading(name: str) -> Iterator[Any]:
+    """LLaMA-Factory's own function ``name`` (an entry's ``judged_through``), stopped at its first load
+    (its module's ``load_tokenizer``)."""
+    function = inspect.unwrap(resolve(name))  # the stock function, not the hook's wrapper
+    module = importlib.import_module(function.__module__)
 
     def stop(*_args: Any, **_kwargs: Any) -> None:
         raise _ReachedModelLoad
 
-    original = tuner.load_tokenizer
-    tuner.load_tokenizer = stop
+    original = module.load_tokenizer
+    module.load_tokenizer = stop
     try:
-        yield inspect.unwrap(tuner.export_model)  # the stock function, not the hook's wrapper
+        yield function
     finally:
-        tuner.load_tokenizer = original
+        module.load_tokenizer = original
 
 
 def _requirement_name(requirement: str) -> str:
@@ -159,39 +339,37 @@ def command_verdict(
 ) -> Verdict:
     """Run LLaMA-Factory's parser for ``command`` on a copy of ``config``; no weight is read, nothing written.
 
-    ``train``: ``get_train_args`` (``lf.verdict.parser_verdict``). ``export``: LLaMA-Factory's own
-    ``export_model`` up to its first load, so its checks before loading run too (``export_dir`` is set,
-    no adapter with ``export_quantization_bit``). ``chat``/``api``/``webchat``: ``get_infer_args``, as
-    ``ChatModel`` calls it. ``eval``: ``get_eval_args``. ``answers`` stand in for a planned device, and
-    then vLLM/SGLang are not required here (the serving rules state them for the target).
+    The entry's ``parser`` (``get_train_args``, ``get_infer_args`` as ``ChatModel`` calls it,
+    ``get_eval_args``), or its ``judged_through`` function up to its first load (export: ``export_model``,
+    so its checks before loading run too: ``export_dir`` is set, no adapter with
+    ``export_quantization_bit``). ``answers`` stand in for a planned device, and then vLLM/SGLang are not
+    required here (the serving rules state them for the target), nor is a ``deepspeed:`` JSON read (it needs
+    DeepSpeed and torchrun on the target).
 
-    ``load``: for export, chat, api and webchat on this machine (no ``answers``), the command is then built
-    dry (``lf.dry_load``: the packages the command imports, tokenizer, template, the model on the meta
-    device with its adapters, export_dir, one generation up to the first forward), and its first refusal is
-    the verdict, with the fix in its words. ``load=False`` is the parser alone, for a caller that reports
-    ``lf.dry_load.dry_load_findings`` itself.
+    ``load``: for a command built dry by loading (entry ``dry: "load"``: export, chat, api and webchat) on
+    this machine (no ``answers``), the command is then built dry (``lf.dry_load``: the packages the command
+    imports, tokenizer, template, the model on the meta device with its adapters, export_dir, one generation
+    up to the first forward), and its first refusal is the verdict, with the fix in its words.
+    ``load=False`` is the parser alone, for a caller that reports ``lf.dry_load.dry_load_findings`` itself.
     """
-    if command not in COMMANDS:
-        raise ValueError(f"unknown command {command!r}; one of {', '.join(COMMANDS)}")
-    if command == "train":
-        return parser_verdict(config, answers)
-    parser = _parser_module()
+    entry = checked_entry(command)
     args = dict(config)
+    if answers is not None and "deepspeed" in command_keys(command):
+        args.pop("deepspeed", None)  # its JSON is read on the target (lf/verdict.py)
+    parse = None if entry.judged_through else resolve(entry.parser or "")
     with _restored_environ(), _quiet(), device_answers_patched(answers), _planned_backends(answers is not None):
         try:
-            if command == "export":
-                with _stop_before_loading() as export_model, contextlib.suppress(_ReachedModelLoad):
-                    export_model(args)
-            elif command == "eval":
-                parser.get_eval_args(args)
+            if entry.judged_through:
+                with _stop_before_loading(entry.judged_through) as judged, contextlib.suppress(_ReachedModelLoad):
+                    judged(args)
             else:
-                parser.get_infer_args(args)
+                parse(args)
         except SystemExit as exc:
             return Verdict(False, f"the parser exited ({exc.code})", "SystemExit")
         except Exception as exc:
             text = " ".join(str(exc).split()) or type(exc).__name__
             return Verdict(False, text, type(exc).__name__)
-    if load and answers is None and command in DRY_LOADED:
+    if load and answers is None and entry.dry == "load":
         from .dry_load import dry_load
 
         refused = [f for f in dry_load(config, command).findings if f.level.value == "error"]
@@ -269,13 +447,20 @@ def lf_field_default(name: str) -> Any:
 
 __all__ = [
     "COMMANDS",
-    "INFER_COMMANDS",
+    "REGISTRY",
+    "Command",
+    "Hook",
     "backend_requirements",
+    "caller_commands",
+    "checked_entry",
+    "command_entry",
     "command_keys",
     "command_verdict",
     "extra_requirements",
     "infer_command",
     "lf_field_default",
     "predict_requirements",
+    "record_folder",
+    "resolve",
     "unknown_keys",
 ]

@@ -3,7 +3,8 @@
 Order matters only where one rule's output is another's input: blog-style keys are translated
 before unknown keys are refused and before the precision rules read ``fp16``/``bf16``.
 
-``rules_for(command)`` is the chain for each LLaMA-Factory command (``lf/commands.py``): ``train`` runs
+``rules_for(command)`` is the chain each LLaMA-Factory command's entry names (``lf/commands.py``
+``REGISTRY``, its ``rules``: a chain's name below): ``train`` runs
 ``RULES`` and the prediction rules (``predict_with_generate`` is a training key); ``export``, ``chat``,
 ``api``, ``webchat`` and ``eval`` run the machine rules that concern loading a model on the device, then
 their own (rules/export.py, rules/serving.py, rules/adapter.py; docs/after-training.md). An export on
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..findings import Finding, has_errors
+from ..lf.commands import checked_entry
 from . import (
     adapter,
     blog_keys,
@@ -128,22 +130,18 @@ EVAL_CHAIN: tuple[Rule, ...] = (
     serving.infer_bf16_emulated,
     *adapter.ADAPTER_RULES,
 )
-_BY_COMMAND: dict[str, tuple[Rule, ...]] = {
-    "train": TRAIN_RULES,
-    "export": EXPORT_CHAIN,
-    "chat": CHAT_CHAIN,
-    "api": CHAT_CHAIN,
-    "webchat": CHAT_CHAIN,
-    "eval": EVAL_CHAIN,
+# The chains an entry of lf/commands.py's REGISTRY can name.
+CHAINS: dict[str, tuple[Rule, ...]] = {
+    "TRAIN_RULES": TRAIN_RULES,
+    "EXPORT_CHAIN": EXPORT_CHAIN,
+    "CHAT_CHAIN": CHAT_CHAIN,
+    "EVAL_CHAIN": EVAL_CHAIN,
 }
 
 
 def rules_for(command: str) -> tuple[Rule, ...]:
-    """The rules that apply to ``command`` (one of lf.commands.COMMANDS)."""
-    try:
-        return _BY_COMMAND[command]
-    except KeyError:
-        raise ValueError(f"unknown command {command!r}; one of {', '.join(_BY_COMMAND)}") from None
+    """The rules that apply to ``command`` (one of lf.commands.COMMANDS): the chain its entry names."""
+    return CHAINS[checked_entry(command).rules or ""]
 
 
 @dataclass(frozen=True)
@@ -172,4 +170,4 @@ def resolve(
     return Resolution(state.config, state.env, changes, findings)
 
 
-__all__ = ["PLAN_RULES", "RULES", "TRAIN_RULES", "Context", "Resolution", "Target", "resolve", "rules_for"]
+__all__ = ["CHAINS", "PLAN_RULES", "RULES", "TRAIN_RULES", "Context", "Resolution", "Target", "resolve", "rules_for"]

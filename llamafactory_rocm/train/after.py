@@ -3,7 +3,8 @@
 ``llamafactory-cli export`` runs ``export_model`` (llamafactory/train/tuner.py); ``chat``, ``api`` and
 ``webchat`` (and LlamaBoard's chat tab) construct ``ChatModel`` (llamafactory/chat/chat_model.py), whose
 ``__init__`` parses the config and builds the engine (docs/after-training.md#t8). ``_startup`` wraps both
-when LLaMA-Factory imports those modules; ``LLAMAFACTORY_ROCM=0`` leaves them stock.
+when LLaMA-Factory imports those modules, as their entries in lf/commands.py's ``REGISTRY`` say (``hooks``,
+``record``, ``callers``); ``LLAMAFACTORY_ROCM=0`` leaves them stock.
 
 Each wrapper reads the config as LLaMA-Factory does (``read_args``: the YAML in argv, flags or a dict),
 runs the same check as ``check --for <command>`` (``run_check`` with ``command``: the command's parser, then
@@ -34,11 +35,10 @@ from typing import Any
 
 from ..console import say
 from ..errors import EXIT_FINDINGS, EXIT_INTERNAL, EXIT_USAGE, UsageError
+from ..lf.commands import caller_commands, record_folder
 
 # Our own files in an export folder: not part of the merged model's size.
 _RECORD_PREFIX = "rocm_"
-# The LLaMA-Factory functions that construct a ChatModel, by the command that runs them.
-_CALLERS = {"run_chat": "chat", "run_api": "api", "create_web_demo": "webchat", "run_web_demo": "webchat"}
 
 
 class CheckRefused(RuntimeError):
@@ -74,10 +74,12 @@ def _guarded(command: str, what: Callable[[], Any]) -> Any:
 
 
 def caller_command(default: str = "chat") -> str:
-    """chat, api or webchat: the LLaMA-Factory entry point up the stack that builds the ChatModel."""
+    """chat, api or webchat: the LLaMA-Factory entry point up the stack that builds the ChatModel (the
+    ``callers`` of each command's entry in lf/commands.py)."""
+    callers = caller_commands()
     frame = sys._getframe(1)
     while frame is not None:
-        found = _CALLERS.get(frame.f_code.co_name)
+        found = callers.get(frame.f_code.co_name)
         if found and "llamafactory" in frame.f_code.co_filename:
             return found
         frame = frame.f_back  # type: ignore[assignment]
@@ -110,11 +112,12 @@ def check_for(args: dict[str, Any] | list[str] | None, command: str, entry: str)
 # ---------------------------------------------------------------------------------------------- export
 
 
-def write_export_record(report: Any) -> Path | None:
-    """The launch record in ``export_dir``; one that cannot be written is a warning (the merge goes on)."""
+def write_export_record(report: Any, command: str = "export") -> Path | None:
+    """The launch record in the folder the entry names (export: ``export_dir``); one that cannot be written is
+    a warning (the merge goes on)."""
     from ..check.record import write_launch_files
 
-    folder = Path(str(report.config["export_dir"]))
+    folder = Path(record_folder(report.config, command) or ".")
     try:
         _, record = write_launch_files(report, folder, report.origin)
     except OSError as exc:
@@ -161,8 +164,8 @@ def export_line(config: dict[str, Any], record: Path | None) -> str:
     return f"llamafactory-rocm: {what} {folder}: {_size(size)} on disk ({files} files), dtype {dtype}{where}"
 
 
-def wrap_export_model(original: Callable[..., Any]) -> Callable[..., Any]:
-    """``export_model`` checked, recorded and summed up.
+def wrap_export_model(original: Callable[..., Any], command: str = "export") -> Callable[..., Any]:
+    """``export_model`` checked for ``command``, recorded and summed up.
 
     The check itself runs LLaMA-Factory's unwrapped ``export_model`` (``lf.commands.command_verdict`` up to
     its first load; ``lf.dry_load`` up to ``save_pretrained``, with the module's ``load_tokenizer`` and
@@ -176,10 +179,10 @@ def wrap_export_model(original: Callable[..., Any]) -> Callable[..., Any]:
     def export_model(args: dict[str, Any] | None = None) -> Any:
         if module_globals.get("load_tokenizer") is not loader:  # inside a check: LLaMA-Factory's own, stopped
             return original(args)
-        report = _guarded("export", lambda: check_for(args, "export", "export_model"))
+        report = _guarded(command, lambda: check_for(args, command, "export_model"))
         if report is None:
             return original(args)
-        record = write_export_record(report)
+        record = write_export_record(report, command)
         result = original(report.config)
         from .board import log_lines
 
@@ -215,10 +218,13 @@ def engine_line(chat_model: Any, command: str, config: dict[str, Any]) -> str:
     )
 
 
-def wrap_chat_model_init(original: Callable[..., None]) -> Callable[..., None]:
+def wrap_chat_model_init(original: Callable[..., None], default: str = "chat") -> Callable[..., None]:
+    """``ChatModel.__init__`` checked, for the command up the stack (``caller_command``; ``default`` when none
+    says: a ChatModel built by a script)."""
+
     @functools.wraps(original)
     def __init__(self: Any, args: dict[str, Any] | None = None) -> None:
-        command = "webchat" if type(self).__name__ == "WebChatModel" else caller_command()
+        command = "webchat" if type(self).__name__ == "WebChatModel" else caller_command(default)
         report = _guarded(command, lambda: check_for(args, command, f"{type(self).__name__}(args)"))
         if report is None:
             original(self, args)

@@ -31,7 +31,7 @@ from typing import Any
 
 from ..console import say
 from ..errors import EXIT_FINDINGS, EXIT_INTERNAL, EXIT_USAGE, UsageError
-from ..lf.schema import output_dir_of
+from ..lf.commands import record_folder
 
 CHECKED_ENV = "LLAMAFACTORY_ROCM_CHECKED"
 # The LLaMA-Factory releases the test-suite runs against (README, "Tested range").
@@ -75,7 +75,8 @@ def is_rank0() -> bool:
     return os.environ.get("RANK", "0") == "0"
 
 
-def wrap_run_exp(original: Callable[..., Any]) -> Callable[..., Any]:
+def wrap_run_exp(original: Callable[..., Any], command: str = "train") -> Callable[..., Any]:
+    """``run_exp`` checked (the hook of ``command``'s entry in lf/commands.py, which is train)."""
     params = list(inspect.signature(original).parameters)
     if params[:2] != ["args", "callbacks"]:
         raise RuntimeError(f"run_exp{inspect.signature(original)} is not run_exp(args, callbacks)")
@@ -156,10 +157,11 @@ class Prepared:
 
 
 def write_record(report: Any, node: int | None = None) -> Path | None:
-    """The launch record; one that cannot be written is a warning (the resolved config trains regardless)."""
+    """The launch record, in the folder train's entry names (lf/commands.py: ``output_dir``); one that cannot
+    be written is a warning (the resolved config trains regardless)."""
     from ..check.record import write_launch_files
 
-    output_dir = Path(output_dir_of(report.config))
+    output_dir = Path(record_folder(report.config, "train") or ".")
     try:
         _, record = write_launch_files(report, output_dir, report.origin, node=node)
     except OSError as exc:
