@@ -168,5 +168,4 @@ def rank_finding(world: RankWorld) -> Any:
         new=world.size,
         message=f"LLaMA-Factory's parser and launch ran dry as {world.describe()}: what each rank of "
         "that world runs (one device each); no collective was joined.",
-        fix="Nothing to do.",
     )

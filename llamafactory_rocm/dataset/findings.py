@@ -117,7 +117,7 @@ def _dataset_findings(name: str, report: DatasetReport, folder: Path) -> list[Fi
             level=Level.WARNING,
             key="dataset",
             message=f"dataset {name}: {what}.",
-            fix=f"Nothing has to change; remove or rename it in {folder / INFO_FILE} if it was meant to be read.",
+            fix_with={"info_file": folder / INFO_FILE},
         )
         for what in report.ignored
     ]
@@ -139,7 +139,7 @@ def _verdict_findings(name: str, report: DatasetReport, folder: Path) -> list[Fi
             level=Level.WARNING,
             key="dataset",
             message=f"dataset {name} ({where}): {warning}.",
-            fix=f"Nothing has to change; `{command}` lists the rows, to fix them.",
+            fix_with={"command": command},
         )
         for warning in report.warnings
         if warning not in report.ignored
@@ -155,7 +155,7 @@ def _bundled_finding(raw_dir: str, folder: Path, bundled: Path, names: list[str]
         old=raw_dir,
         new=str(bundled),
         message=f"{', '.join(names)} {'is' if len(names) == 1 else 'are'} bundled with llamafactory-rocm, and {where}.",
-        fix=f"Set dataset_dir to the bundled folder {bundled}.",
+        fix_with={"bundled": bundled},
     )
 
 
@@ -169,10 +169,7 @@ def _unknown_finding(name: str, info: dict[str, Any] | None, folder: Path) -> Fi
         key="dataset",
         message=f"dataset {name}: {folder / INFO_FILE} {missing}, so LLaMA-Factory stops with 'Undefined dataset'."
         + hint,
-        fix=(
-            f"Fix the name, or add the data with `llamafactory-rocm datasets register FILE --name {shlex.quote(name)}"
-            f" --dataset-dir {shlex.quote(str(folder))}`."
-        ),
+        fix_with={"dataset": shlex.quote(name), "folder": shlex.quote(str(folder))},
     )
 
 

@@ -1,13 +1,20 @@
-"""What a rule says about a config: a stable code, a level, one sentence of cause, one of fix."""
+"""What a rule says about a config: a stable code, a level, one sentence of cause, one of fix.
+
+The fix is written once, in the code's registry entry (``findings/codes/<module>.json``), as a template
+that both the finding and ``llamafactory-rocm explain`` read: a rule passes the values it fills in
+(``fix_with``) and, where a code has more than one fix, which one (``fix_as``); it never writes fix text
+itself (``tests/test_codes.py`` holds every emitting module to that).
+"""
 
 from __future__ import annotations
 
 from enum import Enum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from ..errors import UsageError
+from .registry import fix_text
 
 
 class Level(str, Enum):
@@ -27,6 +34,17 @@ class Finding(BaseModel):
     key: str | None = None  # the config key or environment variable concerned
     old: Any = None
     new: Any = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fix_from_the_registry(cls, data: Any) -> Any:
+        """``fix`` from the code's registry template, filled with ``fix_with`` (and ``fix_as``'s variant)."""
+        if not isinstance(data, dict) or "fix" in data:
+            return data
+        data = dict(data)
+        values, variant = data.pop("fix_with", None) or {}, data.pop("fix_as", None)
+        data["fix"] = fix_text(str(data.get("code", "")), values, variant)
+        return data
 
     def line(self) -> str:
         """One line; it ends by naming the command that explains the code at length."""

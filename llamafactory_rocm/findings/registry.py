@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import difflib
 import json
+import string
+from collections.abc import Mapping
 from functools import lru_cache
 from importlib import resources
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -27,10 +30,19 @@ class CodeEntry(BaseModel):
     summary: str = Field(description="one line, for `explain --list` and the docs table")
     what: str
     why: str
-    fix: str
+    fix: str | dict[str, str] = Field(
+        description="a template ({name} filled by the rule's fix_with); a mapping where the code has one fix "
+        "a case (the rule names the case with fix_as)"
+    )
     example: str
     source: list[str] = Field(default_factory=list, description="citations into docs/*.md")
     module: str = Field(default="", description="the module that emits it, from the file name")
+
+    def fix_lines(self) -> list[str]:
+        """The fix as explain shows it: a template's ``{name}`` as ``<name>``, one line a case."""
+        if isinstance(self.fix, str):
+            return [f"Fix:     {_shown(self.fix)}"]
+        return [f"Fix ({case}): {_shown(text)}" for case, text in self.fix.items()]
 
     @property
     def path(self) -> str:
@@ -61,7 +73,7 @@ class CodeRegistry(BaseModel):
             "",
             f"What:    {entry.what}",
             f"Why:     {entry.why}",
-            f"Fix:     {entry.fix}",
+            *entry.fix_lines(),
             f"Example: {entry.example}",
         ]
         if entry.source:
@@ -73,6 +85,23 @@ class CodeRegistry(BaseModel):
         """The code table of docs/troubleshooting.md, one row per entry."""
         rows = [f"| `{code}` | {e.level} | {e.summary} |" for code, e in self.codes.items()]
         return "\n".join([DOCS_TABLE_HEADER, *rows])
+
+
+def _shown(template: str) -> str:
+    parts = []
+    for literal, name, _spec, _conversion in string.Formatter().parse(template):
+        parts.append(literal + (f"<{name}>" if name is not None else ""))
+    return "".join(parts)
+
+
+def fix_text(code: str, values: Mapping[str, Any], variant: str | None = None) -> str:
+    """A finding's fix: its code's template filled with the rule's values (KeyError: a code or a value the
+    template names is missing, which tests/test_codes.py rules out for every emitting module)."""
+    fix = load_codes().codes[code].fix
+    template = fix[variant] if isinstance(fix, dict) and variant is not None else fix
+    if not isinstance(template, str):
+        raise KeyError(f"{code} has a fix a case ({', '.join(fix)}): the rule must name one (fix_as)")
+    return template.format_map(dict(values))
 
 
 CODES_FOLDER = "codes"

@@ -53,15 +53,15 @@ class DryRun:
                 code="DRY_RUN_NOT_CHECKED",
                 level=Level.INFO,
                 message=line + ".",
-                fix="Nothing to do here; it is checked when the run starts on a machine that has it.",
             )
         )
 
-    def error(self, *, code: str, message: str, fix: str, key: str | None = None) -> None:
-        self.findings.append(Finding(code=code, level=Level.ERROR, message=message, fix=fix, key=key))
+    def error(self, *, code: str, message: str, key: str | None = None, **fix: Any) -> None:
+        """An error; ``fix``: the registry template's ``fix_with`` values and ``fix_as`` case (findings/)."""
+        self.add(code=code, level=Level.ERROR, message=message, key=key, **fix)
 
-    def add(self, *, code: str, level: Level, message: str, fix: str, key: str | None = None) -> None:
-        self.findings.append(Finding(code=code, level=level, message=message, fix=fix, key=key))
+    def add(self, *, code: str, level: Level, message: str, key: str | None = None, **fix: Any) -> None:
+        self.findings.append(Finding(code=code, level=level, message=message, key=key, **fix))
 
 
 @contextlib.contextmanager
@@ -142,7 +142,6 @@ def reachable(run: DryRun, model_args: Any) -> bool:
             code="MODEL_NOT_FOUND",
             message=f"model_name_or_path {name} is not a folder here and not a Hugging Face repo id "
             f"(huggingface_hub: {_words(exc)}).",
-            fix="Give the model's folder (the one with config.json) or a Hub id such as meta-llama/Llama-3.1-8B.",
             key="model_name_or_path",
         )
         return False

@@ -108,7 +108,7 @@ def _stopped_by_unconverted_values(run: DryRun, config: Mapping[str, Any], step:
         code="VALUE_TYPE_STOPS_LAUNCH",
         message=f"{named} where LLaMA-Factory's field takes a string; its parser hands YAML values on "
         f"unconverted, and the launch stops at its {step} step with {type(exc).__name__}: {_words(exc)}",
-        fix=f"Give {suspects[0].key} a string (quoted in YAML), or remove it.",
+        fix_with={"key": suspects[0].key},
         key=suspects[0].key,
     )
     return True
@@ -148,7 +148,6 @@ class _Launch:
                 code="STAGE_UNKNOWN",
                 message=f"LLaMA-Factory has no workflow for stage {run.stage!r}: run_exp stops with "
                 f'"Unknown task: {run.stage}." (train/tuner.py)',
-                fix="Set stage to one LLaMA-Factory trains: pt, sft, rm, ppo, dpo or kto.",
                 key="stage",
             )
             return
@@ -184,8 +183,7 @@ class _Launch:
                     code="STAGE_PACKAGE_VERSION",
                     message=f"LLaMA-Factory's {stage} trainer requires {requirement} (train/{stage}/trainer.py "
                     f"require_version), checked when it is built after the model is loaded: {_words(exc)}",
-                    fix=f'pip install "{requirement}" in the training environment (a separate venv if other '
-                    "stages need another version).",
+                    fix_with={"requirement": requirement},
                     key="stage",
                 )
 
@@ -200,7 +198,6 @@ class _Launch:
                 message=f"output_dir {out} is a file: the trainer's first save "
                 "(os.makedirs(output_dir, exist_ok=True)) "
                 "raises FileExistsError after the first save_steps.",
-                fix="Point output_dir at a folder (new or existing).",
                 key="output_dir",
             )
 
@@ -220,8 +217,6 @@ class _Launch:
             self.run.error(
                 code="TOKENIZER_REFUSED",
                 message=f"LLaMA-Factory's load_tokenizer failed: {_words(exc)}",
-                fix="Check that model_name_or_path holds the tokenizer files (tokenizer.json or "
-                "tokenizer_config.json).",
                 key="model_name_or_path",
             )
             return
@@ -232,8 +227,6 @@ class _Launch:
             self.run.error(
                 code="TEMPLATE_REFUSED",
                 message=f"LLaMA-Factory's get_template_and_fix_tokenizer refused: {_words(exc)}",
-                fix="Use one template name from LLaMA-Factory's list (a string, not a list), and a template that "
-                "supports the options set.",
                 key=key,
             )
 
@@ -406,7 +399,6 @@ class _Launch:
                 f"{self.tokenized_max_id}, but the "
                 f"model's embedding has {vocab} rows (ids 0-{vocab - 1}): a tokenized dataset from another "
                 "tokenizer. The first forward fails in the embedding (index out of range).",
-                fix="Tokenize again with this model's tokenizer: remove the folder or give a new tokenized_path.",
                 key="tokenized_path",
             )
 
@@ -431,7 +423,6 @@ class _Launch:
                 message=f"resume_from_checkpoint {checkpoint} cannot be resumed: the trainer needs "
                 f"{TRAINER_STATE_NAME} "
                 f"and {needs} there ('Can't find a valid checkpoint at {checkpoint}').",
-                fix="Point resume_from_checkpoint at a checkpoint-N folder the trainer wrote, or remove it.",
                 key="resume_from_checkpoint",
             )
             return
@@ -449,7 +440,6 @@ class _Launch:
             level=Level.INFO,
             message=f"The run resumes from {checkpoint} (global step {resume.global_step})"
             + (f": {left}." if left else "."),
-            fix="Nothing to do; to start over, set overwrite_output_dir: true or use a new output_dir.",
             key="resume_from_checkpoint",
         )
         if not deepspeed:
@@ -512,7 +502,6 @@ class _Launch:
                 level=Level.WARNING,
                 message=f"{checkpoint}'s adapter was trained on {base}, and this run's model is "
                 f"{self.model_args.model_name_or_path}.",
-                fix="Resume on the same base model, or start over with a new output_dir.",
                 key="model_name_or_path",
             )
 
@@ -533,7 +522,7 @@ class _Launch:
                 code="TRAINER_SETUP_REFUSED",
                 message=f"transformers' Trainer set-up refused {key} {getattr(args, key)!r}: "
                 f"TrainingArguments.get_process_log_level raised {type(exc).__name__}: {_words(exc)}",
-                fix=f"Set {key} to one of: debug, info, warning, error, critical, passive.",
+                fix_with={"key": key},
                 key=key,
             )
         model = self.model if self.model is not None else torch.nn.Linear(1, 1, device="meta")
@@ -567,7 +556,6 @@ class _Launch:
                         code="OPTIMIZER_REFUSED",
                         message=f"torch's {optimizer_cls.__name__} refused the trainer's arguments "
                         f"{kwargs}: {_words(exc)}",
-                        fix='Write numbers as numbers in the YAML (learning_rate: 5.0e-5, not "5e-5").',
                         key="learning_rate",
                     )
         if optimizer is not None:
@@ -585,7 +573,6 @@ class _Launch:
                     code="SCHEDULER_REFUSED",
                     message=f"transformers' get_scheduler refused lr_scheduler_type {args.lr_scheduler_type.value}: "
                     f"{_words(exc)}",
-                    fix="Give the arguments it names in lr_scheduler_kwargs, or choose another lr_scheduler_type.",
                     key="lr_scheduler_kwargs" if args.lr_scheduler_kwargs else "lr_scheduler_type",
                 )
         try:
@@ -595,7 +582,6 @@ class _Launch:
             self.run.error(
                 code="REPORTER_UNAVAILABLE",
                 message=f"transformers' reporting callback for report_to {args.report_to} refused: {_words(exc)}",
-                fix="Install the package it names, or set report_to: none.",
                 key="report_to",
             )
         try:
@@ -607,7 +593,6 @@ class _Launch:
             self.run.error(
                 code="BATCH_REFUSED",
                 message=f"torch's DataLoader refused the trainer's batch size {args.train_batch_size}: {_words(exc)}",
-                fix="Set per_device_train_batch_size to a whole number of at least 1.",
                 key="per_device_train_batch_size",
             )
 
@@ -681,8 +666,6 @@ class _SplitSpy:
             code="DATA_SPLIT_REFUSED",
             message=f"On the full data ({rows} rows), LLaMA-Factory's split_dataset (datasets' train_test_split) "
             f"refused: {self.error}",
-            fix="Use a val_size below the row count (a fraction such as 0.1, or a whole number of rows), or "
-            "an eval_dataset instead.",
             key="val_size",
         )
 

@@ -110,10 +110,7 @@ def gradio_finding(environ: Mapping[str, str], name: str = "LlamaBoard/webchat")
             f"{name} {' and '.join(reach)} with no password: anyone who reaches it can start "
             "jobs on this machine's GPUs and read or write its files."
         ),
-        fix=(
-            f"start it with GRADIO_SERVER_NAME=127.0.0.1{' and without GRADIO_SHARE' if share else ''} and open "
-            f"it through an SSH tunnel (ssh -L {port}:127.0.0.1:{port} <this machine>, then http://127.0.0.1:{port})."
-        ),
+        fix_with={"no_share": " and without GRADIO_SHARE" if share else "", "port": port},
     )
 
 
@@ -132,10 +129,7 @@ def api_finding(environ: Mapping[str, str]) -> Finding | None:
             f"the API listens on {_where(host)}, port {port}, with no key: anyone who reaches it can use "
             "the model on this machine's GPUs."
         ),
-        fix=(
-            "set API_KEY=<a long secret> (clients send it as a bearer token), or API_HOST=127.0.0.1 with an "
-            f"SSH tunnel (ssh -L {port}:127.0.0.1:{port} <this machine>)."
-        ),
+        fix_with={"port": port},
     )
 
 

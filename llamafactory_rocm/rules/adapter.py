@@ -80,7 +80,7 @@ def adapter_base_mismatch(config: Mapping[str, Any], env: Mapping[str, str], ctx
                 old=path,
                 message=f"The adapter {path} was trained on {base} (its {ADAPTER_CONFIG}), but model_name_or_path "
                 f"is {model}; LLaMA-Factory loads it onto model_name_or_path without comparing them.",
-                fix=f"Set model_name_or_path: {base} (or the local copy of it), or use the adapter trained on {model}.",
+                fix_with={"base": base, "model": model},
             )
         )
     return unchanged(config, env, *findings)

@@ -60,7 +60,6 @@ def rewrite_compute_dtype(config: Mapping[str, Any], env: Mapping[str, str], ctx
                 old=raw,
                 message=f"compute_dtype: {raw!r} is not a dtype, and LLaMA-Factory has no compute_dtype key. "
                 f"Values that are translated: {', '.join(_DTYPE_TO_FLAGS)}.",
-                fix="Delete compute_dtype and set bf16: true (or fp16: true), or give one of those values.",
             ),
         )
     bf16, fp16 = _DTYPE_TO_FLAGS[value]
@@ -80,7 +79,7 @@ def rewrite_compute_dtype(config: Mapping[str, Any], env: Mapping[str, str], ctx
                     f'compute_dtype: {raw} is derived inside LLaMA-Factory ("Do not specify it") and '
                     "stock LLaMA-Factory rejects it as an unknown key."
                 ),
-                fix=f"Replaced it with bf16: {str(bf16).lower()}, fp16: {str(fp16).lower()}.",
+                fix_with={"bf16": str(bf16).lower(), "fp16": str(fp16).lower()},
             )
         ],
     )
@@ -116,7 +115,6 @@ def drop_backend(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context
                 key="backend",
                 old=raw,
                 message=f"backend: {raw} is not a LLaMA-Factory key; training always runs on PyTorch.",
-                fix="Removed it; nothing else changes.",
             )
         ],
     )

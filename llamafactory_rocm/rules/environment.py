@@ -137,8 +137,7 @@ def rocm_version_mismatch(config: Mapping[str, Any], env: Mapping[str, str], ctx
             new=hip,
             message=f"torch {ctx.snapshot.torch.version} is built for HIP {hip} but the system ROCm is "
             f"{system} ({where}), another major version: {consequence}.",
-            fix=f"Install the torch wheel for ROCm {'.'.join(map(str, version_tuple(system)[:2]))}, or point "
-            f"ROCM_HOME at a ROCm {torch_major}.x install, so the two agree.",
+            fix_with={"system_rocm": ".".join(map(str, version_tuple(system)[:2])), "torch_major": torch_major},
         ),
     )
 
@@ -163,8 +162,6 @@ def jit_toolchain(config: Mapping[str, Any], env: Mapping[str, str], ctx: Contex
             message=f"DeepSpeed JIT-builds {', '.join(ops)} at launch, but {', '.join(missing)} "
             f"{'is' if len(missing) == 1 else 'are'} missing here: the build stops before the first step "
             "('JIT compiled ops requires ninja', or no ROCm found by torch.utils.cpp_extension).",
-            fix="Install ninja (pip install ninja) and the ROCm development tools (hipcc), and export "
-            "ROCM_HOME=/opt/rocm; or drop the DeepSpeed optimizer/offload for torch's AdamW.",
         ),
     )
 

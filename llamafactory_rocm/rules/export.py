@@ -117,8 +117,6 @@ def export_memory(config: Mapping[str, Any], env: Mapping[str, str], ctx: Contex
             f"{shown} are {model_gib:.1f} GiB, over {BUDGET:.0%} of the {device_gib:.1f} GiB of {where}; accelerate "
             "spreads what does not fit over CPU memory and offload_folder on disk, so the merge gains little from the "
             "GPU and can run out of host memory or disk.",
-            fix="Set export_device: cpu (LLaMA-Factory's default): the merge needs the model's size in CPU memory, "
-            "not in GPU memory.",
         ),
     )
 

@@ -57,7 +57,6 @@ def drop_tf32(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -
                 f"a {ctx.snapshot.torch.kind.upper()} build of torch"
                 + ("" if ctx.snapshot.torch.kind != "cuda" else " without an Ampere or newer GPU")
                 + "; tf32 is an NVIDIA mode.",
-                fix="Removed tf32; bf16 is the fast path here.",
             )
         ],
     )
@@ -137,7 +136,6 @@ def sdpa_kernel_notice(config: Mapping[str, Any], env: Mapping[str, str], ctx: C
                     key="flash_attn",
                     message=f"SDPA has no AOTriton kernels for {arch}; attention runs the math path, "
                     "which is slower and keeps the full attention matrix in memory.",
-                    fix="Lower cutoff_len or per_device_train_batch_size if memory runs out.",
                 )
             )
         elif info.sdpa_aotriton_experimental and env.get("TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL") != "1":
@@ -148,8 +146,6 @@ def sdpa_kernel_notice(config: Mapping[str, Any], env: Mapping[str, str], ctx: C
                     key="TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL",
                     message=f"On some torch versions SDPA's fast kernels for {arch} need "
                     "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1.",
-                    fix="export TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1 if torch warns that "
-                    "flash/memory-efficient attention is not available.",
                 )
             )
     return unchanged(config, env, *findings)
@@ -173,8 +169,7 @@ def bitsandbytes_for_qlora(config: Mapping[str, Any], env: Mapping[str, str], ct
                     old=bits,
                     message=f"No bitsandbytes ROCm wheel ships kernels for {arch} "
                     "('Error invalid device function ... ops.hip').",
-                    fix="Drop quantization_bit (plain LoRA in bf16), or build bitsandbytes with "
-                    f"-DBNB_ROCM_ARCH={arch}.",
+                    fix_with={"arch": arch},
                 )
             )
         elif not known:

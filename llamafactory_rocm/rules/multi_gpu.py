@@ -27,7 +27,6 @@ def multi_gpu_notices(config: Mapping[str, Any], env: Mapping[str, str], ctx: Co
                 level=Level.WARNING,
                 message=f"{count} MI300X GPUs: AMD's guidance is 1 or 8 per job; 2- and 4-GPU "
                 "collectives are slow (ROCm workload.rst).",
-                fix="Use HIP_VISIBLE_DEVICES to run on 1 GPU, or use all 8.",
             )
         )
     p2p_off = env.get("NCCL_P2P_DISABLE") == "1"
@@ -60,7 +59,6 @@ def multi_gpu_notices(config: Mapping[str, Any], env: Mapping[str, str], ctx: Co
                 new="1",
                 message=f"{count} Radeon RDNA4 GPUs ({', '.join(rdna4)}): direct PCIe peer-to-peer is reported to "
                 "hang RCCL and, on 4x R9700, the host (ROCm/rocm-systems#11348, open; ROCm/vllm#390).",
-                fix="export NCCL_P2P_DISABLE=1 for this launch (RCCL copies through host memory instead).",
             )
         )
     hip = snap.torch.hip or ""
@@ -72,7 +70,6 @@ def multi_gpu_notices(config: Mapping[str, Any], env: Mapping[str, str], ctx: Co
                 key="OPTIM_TORCH",
                 message="LLaMA-Factory's multi-GPU launcher sets PYTORCH_CUDA_ALLOC_CONF="
                 f"expandable_segments:True, which ROCm {hip} does not support (from ROCm 7.0).",
-                fix="export OPTIM_TORCH=0 for this launch.",
             )
         )
     return unchanged(config, env, *findings)
@@ -86,5 +83,4 @@ def iommu_pt_missing(what: str) -> Finding:
         key="/proc/cmdline",
         message=f'{what} but "iommu=pt" is missing from the kernel command line: RCCL '
         "collectives can hang or crawl (ROCm/rccl#1129).",
-        fix="Add iommu=pt to the kernel command line (GRUB) and reboot.",
     )

@@ -34,8 +34,6 @@ def protect_existing_checkpoints(config: Mapping[str, Any], env: Mapping[str, st
                 message=f"overwrite_output_dir: true: the run starts over instead of resuming, and {shown} in "
                 f"{where} go as it saves over them"
                 + (" and rotates them away (save_total_limit)." if _rotation_limit(config) else "."),
-                fix="Nothing, if that is what you want; to keep them, remove overwrite_output_dir (the run "
-                "resumes from the last checkpoint) or choose a new output_dir.",
             ),
         )
     checkpoints = [name for name in ctx.existing_outputs if name.startswith("checkpoint-")]
@@ -119,7 +117,6 @@ def plot_the_loss(config: Mapping[str, Any], env: Mapping[str, str], ctx: Contex
                 key="plot_loss",
                 new=True,
                 message="plot_loss was unset: LLaMA-Factory draws no loss curve by default.",
-                fix="Added plot_loss: true (training_loss.png in output_dir); set plot_loss: false to skip it.",
             )
         ],
     )

@@ -127,7 +127,7 @@ def require_packages(config: Mapping[str, Any], env: Mapping[str, str], ctx: Con
                     level=Level.INFO,
                     key=need.key,
                     message=f"{need.why} ({wanted}); {here} here, so install it on the target machine.",
-                    fix=f'On the target: pip install "{wanted}" (the build for its torch).',
+                    fix_with={"wanted": wanted},
                 )
             )
         else:
@@ -137,7 +137,7 @@ def require_packages(config: Mapping[str, Any], env: Mapping[str, str], ctx: Con
                     level=Level.ERROR,
                     key=need.key,
                     message=f"{need.why} ({wanted}), but {here}.",
-                    fix=f'pip install "{wanted}" (the build for this torch), or remove {need.key}.',
+                    fix_with={"wanted": wanted, "key": need.key},
                 )
             )
     return unchanged(config, env, *findings)

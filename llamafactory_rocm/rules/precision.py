@@ -74,7 +74,6 @@ def prefer_bf16(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context)
                     old={"fp16": config.get("fp16"), "bf16": config.get("bf16"), "use_cpu": config.get("use_cpu")},
                     new={"fp16": False, "bf16": True, "use_cpu": True},
                     message="fp16 does nothing on a CPU-only machine (the run is silently fp32).",
-                    fix="Rewrote to bf16: true with use_cpu: true, which trains in real bf16 autocast.",
                 )
             ],
         )
@@ -96,7 +95,6 @@ def prefer_bf16(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context)
                     new={"fp16": False, "bf16": True},
                     message=f"fp16 training on ROCm {fp16_risk(archs, ctx.catalogue)}, while bf16, which "
                     f"{'/'.join(archs)} runs on its matrix units, converges.",
-                    fix="Rewrote to bf16: true, fp16: false.",
                 )
             ],
         )
@@ -109,7 +107,6 @@ def prefer_bf16(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context)
             key="fp16",
             old=config.get("fp16"),
             message=f"Kept fp16 because {why}; fp16 can overflow to NaN.",
-            fix="Watch the first steps' loss and grad_norm; lower learning_rate if it turns NaN.",
         ),
     )
 
@@ -130,7 +127,6 @@ def bf16_on_cpu_needs_use_cpu(config: Mapping[str, Any], env: Mapping[str, str],
                 old=config.get("use_cpu"),
                 new=True,
                 message="bf16 without use_cpu fails on a CPU-only machine ('Your setup doesn't support bf16/gpu').",
-                fix="Added use_cpu: true.",
             )
         ],
     )
@@ -150,7 +146,6 @@ def warn_bf16_without_matrix_units(config: Mapping[str, Any], env: Mapping[str, 
             level=Level.WARNING,
             key="bf16",
             message=f"bf16 is asked for but {why} (torch reports bf16 as supported on every ROCm GPU).",
-            fix="It runs, but slowly; fp16 is faster here if the loss stays finite.",
         ),
     )
 
@@ -172,7 +167,6 @@ def pure_bf16_only_where_real(config: Mapping[str, Any], env: Mapping[str, str],
             old=config.get("pure_bf16"),
             message=f"pure_bf16 keeps every weight and gradient in bf16, but {why}: torch would emulate it "
             "(it reports bf16 on every ROCm GPU), slowly and without the matrix units' accuracy.",
-            fix="Remove pure_bf16 and train with fp16: true (mixed precision), or use a GPU with bf16 matrix units.",
         ),
     )
 
@@ -197,6 +191,6 @@ def one_half_precision(config: Mapping[str, Any], env: Mapping[str, str], ctx: C
             old={"fp16": config.get("fp16"), "bf16": config.get("bf16")},
             message="fp16 and bf16 are both true; transformers refuses that on every machine "
             "('At most one of fp16 and bf16 can be True, but not both').",
-            fix=f"Remove {drop}: true and keep {keep}: true ({reason}).",
+            fix_with={"drop": drop, "keep": keep, "reason": reason},
         ),
     )

@@ -138,8 +138,7 @@ def check_pytorch_rocm_arch(config: Mapping[str, Any], env: Mapping[str, str], c
                     new=new_env[VAR],
                     message=f"{VAR} was {'empty' if value == '' else 'unset'}, so extensions built at launch "
                     f"(DeepSpeed ops) would compile with {which} for {what}.",
-                    fix=f"Set {VAR}={new_env[VAR]} for this run, the arch of the GPUs present (what torch "
-                    f"{since} and later choose by themselves).",
+                    fix_with={"VAR": VAR, "arch": new_env[VAR], "since": since},
                 )
             ],
         )
@@ -154,7 +153,7 @@ def check_pytorch_rocm_arch(config: Mapping[str, Any], env: Mapping[str, str], c
                 key=VAR,
                 old=value,
                 message=f"{VAR}={value!r}: {entry.text!r} is invalid because {entry.reason}.",
-                fix=f"Use ';'-separated gfx targets such as gfx942 or gfx90a:xnack-.{hint}",
+                fix_with={"hint": hint},
             )
         )
     empty = empty_entries(value or "")
@@ -191,7 +190,7 @@ def check_pytorch_rocm_arch(config: Mapping[str, Any], env: Mapping[str, str], c
                     for entry, device, clash in conflicts
                 )
                 + ": code built for it does not load there (hipErrorNoBinaryForGpu / invalid device function).",
-                fix=f"export {VAR}={';'.join(dict.fromkeys(fixed))} (no suffix builds code that loads either way).",
+                fix_with={"VAR": VAR, "archs": ";".join(dict.fromkeys(fixed))},
             )
         )
     covered = {base_arch(t) for t in good}
@@ -206,7 +205,7 @@ def check_pytorch_rocm_arch(config: Mapping[str, Any], env: Mapping[str, str], c
                 new=";".join(dict.fromkeys([*good, *missing])),
                 message=f"{VAR}={value} does not include {', '.join(missing)}, the GPU here: "
                 "extensions built for it fail with 'HIP error: invalid device function'.",
-                fix=f"export {VAR}={';'.join(devices)}",
+                fix_with={"VAR": VAR, "devices": ";".join(devices)},
             )
         )
     return unchanged(config, env, *findings)
@@ -237,7 +236,7 @@ def _retired(value: str, good: list[str], ctx: Context) -> list[Finding]:
                 if refused
                 else f"; no shipping GPU is one (their GPUs are {', '.join(dict.fromkeys(successors))})."
             ),
-            fix=f"export {VAR}={';'.join(dict.fromkeys(kept))}",
+            fix_with={"VAR": VAR, "archs": ";".join(dict.fromkeys(kept))},
         )
     ]
 

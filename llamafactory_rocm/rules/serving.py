@@ -112,8 +112,7 @@ def vllm_on_rocm(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context
                 message=f"infer_backend: vllm on the target needs vLLM's ROCm build: its prebuilt ROCm wheels are "
                 f"for Python {wheel_py} and bring their own ROCm torch (a plain `pip install vllm` installs the "
                 f"CUDA build).{range_note}",
-                fix=f"On the target: a Python {wheel_py} environment with vLLM's ROCm wheel (or AMD's vLLM "
-                "container), then llamafactory-rocm check again there.",
+                fix_with={"wheel_py": wheel_py},
             ),
         )
     installed, version = _installed(ctx, "vllm")
@@ -130,8 +129,7 @@ def vllm_on_rocm(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context
                 level=Level.ERROR,
                 key="infer_backend",
                 message=f"infer_backend: vllm, but vLLM is not installed.{py_note}",
-                fix=f"Install vLLM's ROCm build (prebuilt wheels: Python {wheel_py}, with their own ROCm torch), "
-                "or set infer_backend: huggingface.",
+                fix_with={"wheel_py": wheel_py},
             )
         )
     elif installed and (ctx.snapshot.torch.kind != "rocm" or (version and "rocm" not in version.lower())):
@@ -149,8 +147,7 @@ def vllm_on_rocm(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context
                 old=version,
                 message=f"infer_backend: vllm on an AMD GPU, but {cause}: the CUDA wheel of vLLM (and the torch it "
                 "brings) cannot use the GPU.",
-                fix=f"Reinstall vLLM's ROCm build (Python {wheel_py} wheels, or AMD's vLLM container) in a fresh "
-                "environment, or set infer_backend: huggingface.",
+                fix_with={"wheel_py": wheel_py},
             )
         )
     return unchanged(config, env, *findings)
@@ -174,7 +171,6 @@ def sglang_on_rocm(config: Mapping[str, Any], env: Mapping[str, str], ctx: Conte
             key="infer_backend",
             message="infer_backend: sglang on the target needs SGLang's ROCm build (sglang[srt_hip] or AMD's SGLang "
             f"container){f'; LLaMA-Factory checks {lf_range}' if lf_range else ''}.",
-            fix="Install SGLang's ROCm build on the target, then llamafactory-rocm check again there.",
         ),
     )
 
@@ -222,8 +218,7 @@ def vllm_lora_rank(config: Mapping[str, Any], env: Mapping[str, str], ctx: Conte
                 message=f"The adapter {path} has rank r={rank} (its adapter_config.json) but vllm_max_lora_rank "
                 f"{set_or_default} {cap}: vLLM refuses to load it ('LoRA rank {rank} is greater than max_lora_rank "
                 f"{cap}').",
-                fix=f"Set vllm_max_lora_rank: {fitting} (vLLM accepts {', '.join(map(str, VLLM_LORA_RANKS))}), "
-                "or merge the adapter first (llamafactory-cli export) and serve the merged model.",
+                fix_with={"fitting": fitting, "ranks": ", ".join(map(str, VLLM_LORA_RANKS))},
             )
         )
     return unchanged(config, env, *findings)
@@ -247,7 +242,6 @@ def infer_bf16_emulated(config: Mapping[str, Any], env: Mapping[str, str], ctx: 
             new="float16",
             message=f"infer_dtype: bfloat16 on {', '.join(slow)}, which has no bf16 matrix units: it runs (torch "
             "reports bf16 as supported on every ROCm GPU), but without them, slower than float16.",
-            fix="Set infer_dtype: float16.",
         ),
     )
 

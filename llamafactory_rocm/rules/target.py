@@ -22,7 +22,6 @@ def check_target(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context
                 code="PLANNED_TARGET",
                 level=Level.INFO,
                 message=f"No GPU here: checked as planned for {label} ({target.arch}, named by {target.named_by}).",
-                fix="Run check again on the GPU machine before a long run; it then reads the real device.",
             ),
         )
     if not ctx.snapshot.devices:
@@ -57,6 +56,5 @@ def check_target(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context
             new=present,
             message=f"The config is meant for {label} ({target.arch}, named by {target.named_by}) but this "
             f"machine has {', '.join(present)}.",
-            fix="Use the preset for this GPU (`llamafactory-rocm presets list`), or drop --gpu/--arch.",
         ),
     )

@@ -55,8 +55,6 @@ def require_rocm_torch(config: Mapping[str, Any], env: Mapping[str, str], ctx: C
                 code="ROCM_NO_DEVICE",
                 level=Level.ERROR,
                 message="torch is a ROCm build but sees no GPU (hipErrorNoDevice).",
-                fix="Check /dev/kfd and /dev/dri access (groups render and video; docker needs "
-                "--device /dev/kfd --device /dev/dri) and HIP_VISIBLE_DEVICES/ROCR_VISIBLE_DEVICES.",
             ),
         )
     return unchanged(config, env)
@@ -132,7 +130,6 @@ def check_hsa_override(config: Mapping[str, Any], env: Mapping[str, str], ctx: C
                 key="HSA_OVERRIDE_GFX_VERSION",
                 old=value,
                 message=f"HSA_OVERRIDE_GFX_VERSION={value!r} is not MAJOR.MINOR.STEPPING.",
-                fix="Unset it, or use a value like 11.0.0 for a sibling of your GPU's family.",
             ),
         )
     real = ctx.snapshot.kfd_targets or ctx.snapshot.gpu_base_archs
@@ -147,7 +144,7 @@ def check_hsa_override(config: Mapping[str, Any], env: Mapping[str, str], ctx: C
                     old=value,
                     message=f"HSA_OVERRIDE_GFX_VERSION={value} makes {target} run {spoofed} kernels, "
                     "another family: expect HSA_STATUS_ERROR_INVALID_ISA.",
-                    fix=f"Unset it, or override only within the family ({_override_examples(ctx)}).",
+                    fix_with={"examples": _override_examples(ctx)},
                 )
             )
         elif target != spoofed and target in ctx.snapshot.torch.base_arch_list:
@@ -160,7 +157,7 @@ def check_hsa_override(config: Mapping[str, Any], env: Mapping[str, str], ctx: C
                     key="HSA_OVERRIDE_GFX_VERSION",
                     old=value,
                     message=f"{target} runs {spoofed} kernels through HSA_OVERRIDE_GFX_VERSION={value}.",
-                    fix=f"Nothing to do; it stays within the family. Extensions must be built for {spoofed}.",
+                    fix_with={"spoofed": spoofed},
                 )
             )
     return unchanged(config, env, *findings)
@@ -176,6 +173,5 @@ def override_not_needed(value: str, target: str, spoofed: str) -> Finding:
         message=f"HSA_OVERRIDE_GFX_VERSION={value} makes {target} run {spoofed} kernels although torch has "
         f"{target} kernels of its own: the override is a debugging aid, reported to cause memory access faults "
         "and hangs on natively supported cards (ROCm/legacy-rocm-build#5238, #5824).",
-        fix=f"unset HSA_OVERRIDE_GFX_VERSION (torch runs {target} natively); build extensions with "
-        f"PYTORCH_ROCM_ARCH={target}.",
+        fix_with={"target": target},
     )

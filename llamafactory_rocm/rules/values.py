@@ -42,7 +42,7 @@ def refuse_unconvertible_values(config: Mapping[str, Any], env: Mapping[str, str
                     if coercion.new is False
                     else f"the run would compute with the {type(coercion.value).__name__} and fail."
                 ),
-                fix=f"Rewrote it to {coercion.new!r}, {coercion.expected}; write it unquoted in the config.",
+                fix_with={"new": coercion.new, "expected": coercion.expected},
             )
         )
     findings += [
@@ -52,7 +52,7 @@ def refuse_unconvertible_values(config: Mapping[str, Any], env: Mapping[str, str
             key=problem.key,
             old=problem.value,
             message=f"{problem.key}: {problem.value!r} is not {problem.expected}.",
-            fix=f"Give {problem.key} {problem.expected}.",
+            fix_with={"key": problem.key, "expected": problem.expected},
         )
         for problem in ctx.schema.value_problems(config)
     ]
@@ -64,7 +64,7 @@ def refuse_unconvertible_values(config: Mapping[str, Any], env: Mapping[str, str
             old=other.value,
             message=f"{other.key}: {other.value!r} is not {other.expected}. LLaMA-Factory checks no choices in "
             "a config file and hands it on as written (the same flag on the command line is refused).",
-            fix=f"Give {other.key} {other.expected}, unless your LLaMA-Factory or trainer knows this value.",
+            fix_with={"key": other.key, "expected": other.expected},
         )
         for other in ctx.schema.values_not_choices(config)
     ]

@@ -65,8 +65,7 @@ def integrated_gpu_visible(config: Mapping[str, Any], env: Mapping[str, str], ct
             new=value,
             message=f"torch sees the integrated GPU {igpus} beside device {cards}: {outcome}. "
             f"This check plans on device {','.join(map(str, keep))} only.",
-            fix=f"export {HIP}={value} before training (torch's numbering here; or disable the iGPU in "
-            "the BIOS, as ROCm's install prerequisites suggest).",
+            fix_with={"HIP": HIP, "devices": value},
         ),
     )
 

@@ -88,7 +88,6 @@ def read_world(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) 
                     message=f"{' '.join(asked)}, but LLaMA-Factory's launcher starts torchrun only with "
                     f"FORCE_TORCHRUN=1 or more than one GPU visible ({len(ctx.snapshot.devices)} here): each node "
                     "would train alone, in one process, and none would wait for the others.",
-                    fix="export FORCE_TORCHRUN=1 on every node, beside NNODES, NODE_RANK, MASTER_ADDR and MASTER_PORT.",
                 )
             )
         return World(nodes=1, per_node=1, source="one process (torchrun not started)"), problems
@@ -188,8 +187,7 @@ def world_batch(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context)
                     message=f"The global batch is larger than the data: {arithmetic} sequences, but the dataset "
                     f"has {train_rows} training rows, so every epoch is one optimizer step on rows repeated to "
                     "fill the ranks.",
-                    fix=f"Lower per_device_train_batch_size or gradient_accumulation_steps until the product with "
-                    f"world {world.size} is at most {train_rows}, or add data.",
+                    fix_with={"size": world.size, "train_rows": train_rows},
                 )
             )
         else:
@@ -203,7 +201,6 @@ def world_batch(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context)
             level=Level.INFO,
             new=world.size,
             message=plan + f" (world from {world.source}).",
-            fix="Nothing to do; the learning rate is per optimizer step, so retune it if the global batch changed.",
         )
     )
     return unchanged(config, env, *findings)
@@ -339,8 +336,6 @@ def network(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> 
                     message=f"{world.nodes} nodes but MASTER_ADDR is "
                     + (f"{address}" if address else "unset (LLaMA-Factory then uses 127.0.0.1)")
                     + ": nodes other than this host cannot reach it, so they wait at the rendezvous.",
-                    fix="export MASTER_ADDR=<node 0's host name or address> on every node (Slurm: the first host "
-                    "of SLURM_JOB_NODELIST); loopback is right only when every 'node' runs on this host.",
                 )
             )
         if ctx.snapshot.iommu_pt is False and len(ctx.snapshot.devices) < 2:  # 2+: multi_gpu says it
@@ -430,7 +425,6 @@ def _ray_on_cpu() -> Finding:
         message="USE_RAY=1 on a machine without a GPU: LLaMA-Factory's Ray launcher asks for one placement "
         f"bundle of {bundle} per device, and without a GPU every CPU counts as a device, so Ray can never "
         "place it and the run waits for ever ('No available node types can fulfill resource request').",
-        fix="Unset USE_RAY (torchrun: FORCE_TORCHRUN=1 NPROC_PER_NODE=N), or run Ray where the workers have GPUs.",
     )
 
 
