@@ -167,3 +167,58 @@ def test_every_finding_line_names_explain() -> None:
     for line in diagnose(load_snapshot("mi300x")):
         if line.code and line.status != "pass":
             assert f"llamafactory-rocm explain {line.code}" in line.fix
+
+
+# Where a finding is built: Finding(...) and DryRun's error()/add(), which pass their keywords on.
+_FINDING_CALLS = {"Finding", "error", "add"}
+
+
+def finding_calls() -> list[tuple[str, int, dict[str, ast.expr]]]:
+    calls = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call):
+                continue
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            keywords = {k.arg or "**": k.value for k in node.keywords}
+            if name in _FINDING_CALLS and "message" in keywords:
+                calls.append((module_name(path), node.lineno, keywords))
+    return calls
+
+
+def test_no_rule_writes_fix_text_the_registry_holds_it() -> None:
+    """Each fix is written once, in its code's entry: a call passes values (fix_with), never text (fix=)."""
+    calls = finding_calls()
+    assert len(calls) > 80  # the scan finds the package's findings
+    assert [f"{module}:{line}" for module, line, keywords in calls if "fix" in keywords] == []
+
+
+def test_each_call_names_a_case_its_code_has_and_fills_every_placeholder() -> None:
+    """A literal code with a literal case and values: the template exists and formats with those values."""
+    import string
+
+    codes = load_codes().codes
+    checked = 0
+    for module, line, keywords in finding_calls():
+        code = keywords.get("code")
+        if not (isinstance(code, ast.Constant) and code.value in codes) or "**" in keywords:
+            continue  # a code or fix chosen at run time: the rule's own tests build it
+        fix = codes[code.value].fix
+        case = keywords.get("fix_as")
+        if isinstance(fix, dict):
+            assert case is not None, f"{module}:{line}: {code.value} has a fix a case; name one with fix_as"
+            if not isinstance(case, ast.Constant):
+                continue  # chosen at run time: the rule's tests format it
+            assert case.value in fix, f"{module}:{line}: {code.value} has no case {case.value!r}"
+            template = fix[case.value]
+        else:
+            assert case is None, f"{module}:{line}: {code.value} has one fix, not cases"
+            template = fix
+        given = keywords.get("fix_with")
+        if given is not None and not isinstance(given, ast.Dict):
+            continue
+        names = {k.value for k in given.keys if isinstance(k, ast.Constant)} if given is not None else set()
+        wanted = {field for _, field, _, _ in string.Formatter().parse(template) if field}
+        assert wanted == names, f"{module}:{line}: {code.value} fills {sorted(names)}, its template {sorted(wanted)}"
+        checked += 1
+    assert checked > 60

@@ -64,7 +64,7 @@ def resolve_deepspeed_path(
             old=ds,
             new=str(beside),
             message=f"deepspeed: {ds} is not under the working directory {cwd}, but is beside the config.",
-            fix=f"Using {beside}.",
+            fix_with={"beside": beside},
         )
     ]
 
@@ -90,7 +90,6 @@ def llamafactory_verdict(config: Mapping[str, Any], ctx: Context, command: str =
                 code="PARSER_PLANNED",
                 level=Level.INFO,
                 message=answers.describe() + ".",
-                fix="Run check again on the machine that trains: it then asks the real device.",
             )
         )
     verdict = command_verdict(parsed, command, answers, load=False)  # the dry load reports in its own codes
@@ -104,40 +103,33 @@ def llamafactory_verdict(config: Mapping[str, Any], ctx: Context, command: str =
             level=Level.ERROR,
             old=verdict.error_type,
             message=f"LLaMA-Factory's own argument check{which} refuses this config: {verdict.message}",
-            fix=refusal_fix(verdict.message, command),
+            fix_as=refusal_case(verdict.message, command),
+            fix_with={"command": command},
         ),
     ]
 
 
-# LLaMA-Factory's and transformers' refusals, by the words they use, and what to do.
-_REFUSAL_FIXES = (
-    ("model_name_or_path", "Add model_name_or_path: a Hugging Face id or a local model folder."),
-    ("specify dataset", "Add dataset: a name from dataset_info.json (`llamafactory-rocm datasets list`)."),
-    ("eval_dataset", "Add eval_dataset, or val_size: 0.1, or remove do_eval/do_predict."),
-    ("predict_with_generate", "Remove predict_with_generate (SFT only), or add it where do_predict needs it."),
-    ("overwrite_output_dir", "Use a new output_dir, or remove the final weights from this one."),
-    ("fp16 and bf16", "Keep one of fp16 and bf16."),
-    ("Quantization", "quantization_bit needs finetuning_type: lora (or oft)."),
-    ("FORCE_TORCHRUN", "Set FORCE_TORCHRUN=1 in the environment to launch DeepSpeed through torchrun."),
-    ("distribution was not found", "Install the package LLaMA-Factory names, or remove the key that needs it."),
-    (
-        "only available for API, CLI and Web",
-        "infer_backend is read by chat, api and webchat: check this config with --for chat, or remove infer_backend.",
-    ),
-    ("export_dir", "Add export_dir: a new folder for the merged model."),
+# Words of LLaMA-Factory's refusal -> the case of LLAMAFACTORY_REFUSED's fix (its registry entry), first match.
+_REFUSAL_WORDS = (
+    "model_name_or_path",
+    "specify dataset",
+    "eval_dataset",
+    "predict_with_generate",
+    "overwrite_output_dir",
+    "fp16 and bf16",
+    "Quantization",
+    "FORCE_TORCHRUN",
+    "distribution was not found",
+    "only available for API, CLI and Web",
+    "export_dir",
 )
 
 
-def refusal_fix(message: str, command: str = "train") -> str:
+def refusal_case(message: str, command: str = "train") -> str:
+    """Which of LLAMAFACTORY_REFUSED's fixes answers LLaMA-Factory's message."""
     if not checked_entry(command).trains and "not used by the HfArgumentParser" in message:
-        return (
-            f"Remove the keys LLaMA-Factory names: `llamafactory-cli {command}` does not read them (training keys "
-            "belong in the training config; --for names another command)."
-        )
-    for words, fix in _REFUSAL_FIXES:
-        if words.lower() in message.lower():
-            return fix
-    return "Change the config as LLaMA-Factory's message says, then run check again."
+        return "keys of another command"
+    return next((words for words in _REFUSAL_WORDS if words.lower() in message.lower()), "other")
 
 
 def accept_findings(findings: list[Finding], accepted: frozenset[str]) -> list[Finding]:
@@ -155,7 +147,6 @@ def accept_findings(findings: list[Finding], accepted: frozenset[str]) -> list[F
                 level=Level.WARNING,
                 new=taken,
                 message=f"Accepted knowingly: {', '.join(taken)}; the run goes ahead despite them.",
-                fix="Nothing, if you meant it; remove them from --accept / LLAMAFACTORY_ROCM_ACCEPT otherwise.",
             )
         )
     return out

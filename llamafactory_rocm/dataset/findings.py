@@ -36,7 +36,7 @@ def config_dataset_findings(
     try:
         info = load_dataset_info(folder)
     except UsageError as err:  # malformed: say so, never "unknown dataset"
-        return config, [_invalid("dataset_info.json", str(err), f"Fix {folder / INFO_FILE}.")]
+        return config, [_invalid(str(err), fix_as="info_file", fix_with={"info_file": folder / INFO_FILE})]
     findings: list[Finding] = []
     if info is None or any(n not in info for n in names):
         bundled = datasets_dir()
@@ -102,12 +102,11 @@ def _info_finding(code: str, message: str) -> Finding:
         level=Level.INFO,
         key="dataset",
         message=f"{message}, which cannot be checked offline.",
-        fix="Nothing to do here; the hub must be reachable when training starts.",
     )
 
 
-def _invalid(name: str, message: str, fix: str) -> Finding:
-    return Finding(code="DATASET_INVALID", level=Level.ERROR, key="dataset", message=message, fix=fix)
+def _invalid(message: str, **fix: Any) -> Finding:
+    return Finding(code="DATASET_INVALID", level=Level.ERROR, key="dataset", message=message, **fix)
 
 
 def _dataset_findings(name: str, report: DatasetReport, folder: Path) -> list[Finding]:
@@ -131,8 +130,7 @@ def _verdict_findings(name: str, report: DatasetReport, folder: Path) -> list[Fi
     where = report.files[0] if len(report.files) == 1 else report.source
     if not report.ok:
         message = f"dataset {name} ({where}): {rows(report.rows)}, {report.kept} kept; {report.first_problem()}."
-        fix = f"Run `{command}` to list every bad row, then fix the data or its dataset_info.json entry."
-        return [_invalid(name, message, fix)]
+        return [_invalid(message, fix_as="rows", fix_with={"command": command})]
     return [
         Finding(
             code="DATASET_ROWS_DROPPED",

@@ -111,7 +111,8 @@ def package_findings(command: str, *, planned: bool = False) -> list[Finding]:
                 level=Level.INFO,
                 message=f"llamafactory-cli {command} imports {names} ({where}); they are not installed here, so "
                 "install them on the target machine.",
-                fix=f"On the target: {install}.",
+                fix_as="planned",
+                fix_with={"install": install},
             )
         ]
     functions = ", ".join(f"{p.function}()" for p in missing)
@@ -122,7 +123,8 @@ def package_findings(command: str, *, planned: bool = False) -> list[Finding]:
             message=f"llamafactory-cli {command} needs {names}, not installed here ({functions} in {where} "
             f"answer False): it stops with a NameError where it first uses them (name '{FIRST_USE[command]}' is "
             "not defined).",
-            fix=f"{install}.",
+            fix_as="here",
+            fix_with={"install": install},
         )
     ]
 
@@ -184,59 +186,28 @@ class _ReachedForward(Exception):
     """transformers' generate reached the model's forward: every check before it passed."""
 
 
-# What failed, by the step it failed in: (code, what, fix, key).
-_STEP_CODE = {  # step -> (code, what refused, fix, key)
-    "tokenizer": (
-        "AFTER_TOKENIZER_REFUSED",
-        "LLaMA-Factory's load_tokenizer",
-        "Give the model's folder (the one with config.json and tokenizer.json or tokenizer_config.json).",
-        "model_name_or_path",
-    ),
-    "template": (
-        "AFTER_TEMPLATE_REFUSED",
-        "LLaMA-Factory's get_template_and_fix_tokenizer",
-        "Use the template the model was trained with (a name from LLaMA-Factory's list).",
-        "template",
-    ),
-    "model": (
-        "AFTER_MODEL_REFUSED",
-        "LLaMA-Factory's load_model (built on the meta device)",
-        "Change the config as the message says (infer_dtype: auto, float16, bfloat16 or float32; the packages "
-        "it names installed).",
-        "model_name_or_path",
-    ),
+# What failed, by the step it failed in.
+_STEP_CODE = {  # step -> (code, what refused, key); the fix is the code's registry entry
+    "tokenizer": ("AFTER_TOKENIZER_REFUSED", "LLaMA-Factory's load_tokenizer", "model_name_or_path"),
+    "template": ("AFTER_TEMPLATE_REFUSED", "LLaMA-Factory's get_template_and_fix_tokenizer", "template"),
+    "model": ("AFTER_MODEL_REFUSED", "LLaMA-Factory's load_model (built on the meta device)", "model_name_or_path"),
     "adapter": (
         "ADAPTER_NOT_LOADABLE",
         "LLaMA-Factory's init_adapter (peft, onto the meta model)",
-        "Point adapter_name_or_path at the folder training wrote (its output_dir, with adapter_config.json and "
-        "adapter_model.safetensors), on the base model it was trained on (named in its adapter_config.json).",
         "adapter_name_or_path",
     ),
-    "export": (
-        "EXPORT_REFUSED",
-        "LLaMA-Factory's export_model",
-        "Change the config as the message says.",
-        "export_dir",
-    ),
-    "engine": (
-        "CHAT_ENGINE_REFUSED",
-        "LLaMA-Factory's ChatModel",
-        "Set infer_backend to huggingface (the default), vllm or sglang; chat with an sft model (a reward "
-        "model, stage: rm, only scores, through the API).",
-        "infer_backend",
-    ),
+    "export": ("EXPORT_REFUSED", "LLaMA-Factory's export_model", "export_dir"),
+    "engine": ("CHAT_ENGINE_REFUSED", "LLaMA-Factory's ChatModel", "infer_backend"),
     "generate": (
         "GENERATION_REFUSED",
         "transformers' generate (prepared by LLaMA-Factory's HuggingfaceEngine)",
-        "Change the generating arguments as transformers' message says (repetition_penalty > 0, top_k > 0, "
-        "max_new_tokens instead of a max_length shorter than the prompt).",
         "max_new_tokens",
     ),
 }
 
 
 def _refused(run: DryRun, stage: str, exc: BaseException, config: Mapping[str, Any]) -> None:
-    code, what, fix, key = _STEP_CODE.get(stage, _STEP_CODE["model"])
+    code, what, key = _STEP_CODE.get(stage, _STEP_CODE["model"])
     text = _words(exc)
     if _meta_limitation(exc):  # a step that needs real weights (an op without a meta kernel): not a verdict
         run.skip(f"{what} and what follows", f"it needs real weights: {text}")
@@ -244,7 +215,7 @@ def _refused(run: DryRun, stage: str, exc: BaseException, config: Mapping[str, A
     hint = _folder_hint(config, text)
     if stage == "generate":
         key = _generation_key(text) or key
-    run.error(code=code, message=f"{what} refused: {text}{hint}", fix=fix, key=key)
+    run.error(code=code, message=f"{what} refused: {text}{hint}", key=key)
 
 
 def _folder_hint(config: Mapping[str, Any], text: str) -> str:
@@ -285,7 +256,7 @@ def _export_dir_findings(run: DryRun, export_dir: str) -> bool:
             code="EXPORT_DIR_NOT_A_FOLDER",
             message=f"export_dir {export_dir} is a file: transformers' save_pretrained writes nothing there and "
             "export_model then stops writing its Modelfile (NotADirectoryError), after the merge.",
-            fix="Set export_dir to a folder (a new one, or one that holds nothing you need).",
+            fix_as="file",
             key="export_dir",
         )
         return False
@@ -296,7 +267,7 @@ def _export_dir_findings(run: DryRun, export_dir: str) -> bool:
             code="EXPORT_DIR_NOT_A_FOLDER",
             message=f"export_dir {export_dir} cannot be created: {existing} {what} (os.makedirs in "
             "save_pretrained fails after the merge).",
-            fix="Set export_dir to a folder you can write.",
+            fix_as="cannot_create",
             key="export_dir",
         )
         return False
@@ -421,19 +392,9 @@ class _ModelView:
 
 
 # -- the workflow's other models (training) ----------------------------------------------------------
-_WORKFLOW_CODE = {  # which model -> (code, fix, key)
-    "reference": (
-        "REF_MODEL_NOT_LOADABLE",
-        "Point ref_model at a model folder or Hub id (with ref_model_adapters for an adapter on it), or remove "
-        "ref_model: with LoRA the policy with its adapter disabled is the reference.",
-        "ref_model",
-    ),
-    "reward": (
-        "REWARD_MODEL_NOT_LOADABLE",
-        "Point reward_model at the reward model training wrote (stage: rm): a model folder for "
-        "reward_model_type: full, its adapter folder (with its value head) for lora.",
-        "reward_model",
-    ),
+_WORKFLOW_CODE = {  # which model -> (code, key); the fix is the code's registry entry
+    "reference": ("REF_MODEL_NOT_LOADABLE", "ref_model"),
+    "reward": ("REWARD_MODEL_NOT_LOADABLE", "reward_model"),
 }
 
 
@@ -475,12 +436,11 @@ def workflow_models(
                 if _meta_limitation(exc):
                     run.skip(f"the {which} model", f"it needs real weights: {text}")
                     continue
-                code, fix, key = _WORKFLOW_CODE[which]
+                code, key = _WORKFLOW_CODE[which]
                 run.error(
                     code=code,
                     message=f"LLaMA-Factory's {stage} workflow builds its {which} model (train/trainer_utils.py, "
                     f"built here on the meta device) after loading the policy, and it refused: {text}",
-                    fix=fix,
                     key=key,
                 )
     finally:

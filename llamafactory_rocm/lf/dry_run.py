@@ -277,8 +277,7 @@ class _Launch:
                     code="DATA_PIPELINE_REFUSED",
                     message=f"LLaMA-Factory's data pipeline (get_dataset, stage={self.run.data_stage!r} for "
                     f"stage {self.run.stage!r}) refused: {_words(exc)}",
-                    fix="Check the dataset's dataset_info.json entry (formatting, columns, ranking) against the "
-                    "stage, and the rows against LLaMA-Factory's data/README.md.",
+                    fix_as="pipeline",
                     key="interleave_probs" if "probabilit" in _words(exc) else "dataset",
                 )
             return
@@ -330,7 +329,7 @@ class _Launch:
                 code="DATA_PIPELINE_REFUSED",
                 message=f"LLaMA-Factory would load tokenized_path {path}, and datasets' "
                 f"load_from_disk refused: {_words(exc)}",
-                fix="Remove the folder (LLaMA-Factory then tokenizes again and saves there), or fix tokenized_path.",
+                fix_as="tokenized",
                 key="tokenized_path",
             )
             return
@@ -373,7 +372,7 @@ class _Launch:
             self.run.error(
                 code="MODEL_MODULES_REFUSED",
                 message=f"LLaMA-Factory's load_model/init_adapter refused (model built on the meta device): {text}",
-                fix=_module_fix(self.finetuning_args.finetuning_type),
+                fix_as=_module_case(self.finetuning_args.finetuning_type),
                 key=_module_key(self.finetuning_args.finetuning_type, text),
             )
         if self.model is not None:
@@ -457,8 +456,7 @@ class _Launch:
                 code="CHECKPOINT_MISMATCH",
                 message=f"{checkpoint} holds {what}, but this run's finetuning_type is {ftype}: transformers' "
                 "Trainer._load_from_checkpoint cannot load it into this model.",
-                fix="Resume with the finetuning_type the checkpoint was trained with, or start over "
-                "(overwrite_output_dir: true or a new output_dir).",
+                fix_as="finetuning_type",
                 key="finetuning_type",
             )
             return
@@ -491,8 +489,7 @@ class _Launch:
                 message=f"{checkpoint} was trained with another adapter (r={config.get('r')}, "
                 f"target_modules={config.get('target_modules')}): {'; '.join(parts)}. Resuming dies in "
                 "load_state_dict (size mismatch) or in the optimizer's load_state_dict.",
-                fix="Use the checkpoint's lora_rank/lora_target to resume it, or start over "
-                "(overwrite_output_dir: true or a new output_dir).",
+                fix_as="adapter",
                 key="lora_rank" if differ else "lora_target",
             )
         base = config.get("base_model_name_or_path")
@@ -535,7 +532,6 @@ class _Launch:
                 code=code,
                 message="transformers' Trainer.get_optimizer_cls_and_kwargs refused optim "
                 f"{args.optim.value}: {_words(exc)}",
-                fix="Install the package it names on the training machine, or choose another optim (adamw_torch).",
                 key="optim",
             )
         else:
@@ -829,12 +825,9 @@ def _module_key(finetuning_type: str, text: str) -> str:
     return "finetuning_type"
 
 
-def _module_fix(finetuning_type: str) -> str:
-    if finetuning_type == "freeze":
-        return "Name modules the model has (for a Llama: all, mlp, self_attn), or leave the default."
-    if finetuning_type == "lora":
-        return "Name modules the model has (for a Llama: all, or q_proj,v_proj,...), or use lora_target: all."
-    return "Check the model-specific keys against the model's modules."
+def _module_case(finetuning_type: str) -> str:
+    """MODEL_MODULES_REFUSED's fix for this finetuning_type (its registry entry has one a case)."""
+    return finetuning_type if finetuning_type in ("freeze", "lora") else "other"
 
 
 def _read_json(path: Path) -> dict:

@@ -101,7 +101,7 @@ def drop_backend(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context
                 key="backend",
                 old=raw,
                 message=f"backend: {raw!r} is not a LLaMA-Factory training key.",
-                fix="Delete it; for inference engines LLaMA-Factory uses infer_backend (huggingface, vllm, sglang).",
+                fix_as="other",
             ),
         )
     new = {k: v for k, v in config.items() if k != "backend"}
@@ -135,8 +135,8 @@ def _deepspeed_backend(raw: Any) -> Finding:
         old=raw,
         message=f"backend: {raw} is not a LLaMA-Factory key: DeepSpeed is turned on with the deepspeed: key, "
         "the path of a DeepSpeed JSON config.",
-        fix=f"Replace backend with deepspeed: {example} (ZeRO-2, as the 8-GPU MI300X preset uses) or your own "
-        "DeepSpeed JSON; DeepSpeed itself must be installed.",
+        fix_as="deepspeed",
+        fix_with={"example": example},
     )
 
 
@@ -161,11 +161,11 @@ def refuse_unknown_keys(config: Mapping[str, Any], env: Mapping[str, str], ctx: 
     for key in unknown:
         hint = closest_key(key, ctx.known_keys)
         if hint is None:
-            fix = "Delete it; `llamafactory-cli train -h` lists the real keys."
-        elif " " in hint:
-            fix = f"{hint[0].upper()}{hint[1:]}."
+            fix: dict[str, Any] = {"fix_as": "no_match"}
+        elif " " in hint:  # a sentence from _HINTS
+            fix = {"fix_as": "hint", "fix_with": {"hint": f"{hint[0].upper()}{hint[1:]}"}}
         else:
-            fix = f"Did you mean {hint!r}? Rename it, or delete it."
+            fix = {"fix_as": "near", "fix_with": {"near": hint}}
         findings.append(
             Finding(
                 code="UNKNOWN_KEY",
@@ -174,7 +174,7 @@ def refuse_unknown_keys(config: Mapping[str, Any], env: Mapping[str, str], ctx: 
                 old=config[key],
                 message=f"{key!r} is not a LLaMA-Factory training key"
                 + (" (ALLOW_EXTRA_ARGS=1 will silently ignore it)." if level is Level.WARNING else "."),
-                fix=fix,
+                **fix,
             )
         )
     return unchanged(config, env, *findings)

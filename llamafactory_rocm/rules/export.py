@@ -57,22 +57,17 @@ def refuse_merge_into_quantized(config: Mapping[str, Any], env: Mapping[str, str
             f"quantization_bit: {bits} with an adapter and export_dir: llamafactory-cli export loads the model "
             "quantized, then stops with 'Cannot merge adapters to a quantized model.' (after loading it)."
         )
-        fix = (
-            "Remove quantization_bit (and quantization_method) from the export config: the adapter trained with "
-            "QLoRA merges into the model in bf16/fp16; quantize the merged model afterwards if you need to."
-        )
-        key = "quantization_bit"
+        case = key = "quantization_bit"
     else:
         message = (
             f"{config.get('model_name_or_path')} is a quantized checkpoint (its config.json has a "
             "quantization_config): llamafactory-cli export stops with 'Cannot merge adapters to a quantized model.'"
         )
-        fix = "Set model_name_or_path to the unquantized model the adapter was trained on, merge, then quantize."
-        key = "model_name_or_path"
+        case, key = "quantized_model", "model_name_or_path"
     return unchanged(
         config,
         env,
-        Finding(code="MERGE_INTO_QUANTIZED", level=Level.ERROR, key=key, old=bits, message=message, fix=fix),
+        Finding(code="MERGE_INTO_QUANTIZED", level=Level.ERROR, key=key, old=bits, message=message, fix_as=case),
     )
 
 

@@ -109,12 +109,7 @@ def flash_attn_where_supported(config: Mapping[str, Any], env: Mapping[str, str]
                 old=config["flash_attn"],
                 new="sdpa",
                 message=f"flash_attn: fa2 cannot run here: {gap} (LLaMA-Factory only checks that the package imports).",
-                fix="Rewrote to flash_attn: sdpa"
-                + (
-                    ", the safe default on ROCm (and often faster there, hiyouga/LLaMA-Factory#8793)."
-                    if ctx.rocm
-                    else ", which PyTorch runs on the CPU."
-                ),
+                fix_as="rocm" if ctx.rocm else "cpu",
             )
         ],
     )
@@ -180,7 +175,8 @@ def bitsandbytes_for_qlora(config: Mapping[str, Any], env: Mapping[str, str], ct
                     key="quantization_bit",
                     old=bits,
                     message=f"QLoRA on {arch} needs bitsandbytes >= {needed} on the machine that trains.",
-                    fix=f"pip install 'bitsandbytes>={needed}' there; check runs this again on that machine.",
+                    fix_as="elsewhere",
+                    fix_with={"needed": needed},
                 )
             )
         elif not installed or version(installed) < version(needed):
@@ -192,7 +188,8 @@ def bitsandbytes_for_qlora(config: Mapping[str, Any], env: Mapping[str, str], ct
                     key="quantization_bit",
                     old=bits,
                     message=f"QLoRA on {arch} needs bitsandbytes >= {needed} (its first ROCm wheels); {have}.",
-                    fix=f"pip install 'bitsandbytes>={needed}'",
+                    fix_as="here",
+                    fix_with={"needed": needed},
                 )
             )
     return unchanged(config, env, *findings)

@@ -57,7 +57,7 @@ def protect_existing_checkpoints(config: Mapping[str, Any], env: Mapping[str, st
                 key="save_total_limit",
                 message=f"save_total_limit: {limit}: the run resumes from {resumed.name if resumed else '?'} and "
                 f"rotates its own checkpoints in {where} ({', '.join(checkpoints[:3])}), keeping the newest {limit}.",
-                fix="Nothing to do.",
+                fix_as="own",
             ),
         )
     return unchanged(
@@ -70,7 +70,7 @@ def protect_existing_checkpoints(config: Mapping[str, Any], env: Mapping[str, st
             old=config.get("save_total_limit"),
             message=f"save_total_limit: {limit} would delete {', '.join(foreign[:3])} in {where} as new checkpoints "
             f"are saved: checkpoints {verdict} (another base model or adapter shape).",
-            fix="Choose a new output_dir for this run, or move those checkpoints out of it.",
+            fix_as="foreign",
         ),
     )
 

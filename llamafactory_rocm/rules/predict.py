@@ -39,7 +39,8 @@ def predict_packages(config: Mapping[str, Any], env: Mapping[str, str], ctx: Con
             key="predict_with_generate",
             message=f"predict_with_generate scores generations with BLEU/ROUGE and LLaMA-Factory requires {names} "
             "for it; they are not installed here, so install them on the target machine.",
-            fix=f"On the target: {install}.",
+            fix_as="planned",
+            fix_with={"install": install},
         )
     else:
         finding = Finding(
@@ -48,7 +49,8 @@ def predict_packages(config: Mapping[str, Any], env: Mapping[str, str], ctx: Con
             key="predict_with_generate",
             message=f"predict_with_generate scores generations with BLEU/ROUGE and LLaMA-Factory refuses to start "
             f"without {names}, which the README's install leaves out.",
-            fix=f"{install}, or remove predict_with_generate.",
+            fix_as="here",
+            fix_with={"install": install},
         )
     return unchanged(config, env, finding)
 

@@ -171,7 +171,8 @@ def check_pytorch_rocm_arch(config: Mapping[str, Any], env: Mapping[str, str], c
                 message=f"{VAR}={value!r} gives torch {empty} empty entr{'y' if empty == 1 else 'ies'} (a doubled, "
                 "leading or trailing ';' or space): each becomes an '--offload-arch=' with no target when "
                 "extensions are built.",
-                fix=f"export {VAR}={cleaned!r}" if cleaned else f"unset {VAR}",
+                fix_as="cleaned" if cleaned else "none_left",
+                fix_with={"var": VAR, "cleaned": cleaned},
             )
         )
     findings += _retired(value or "", good, ctx)

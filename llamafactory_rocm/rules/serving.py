@@ -82,7 +82,6 @@ def _arch_findings(backend: str, ctx: Context, why: str, *, code: str) -> list[F
                 key="infer_backend",
                 old=backend,
                 message=f"infer_backend: {backend}, but {why} ({', '.join(supported)}), not {arch}.",
-                fix="Set infer_backend: huggingface (LLaMA-Factory's default, runs wherever torch does).",
             )
         )
     return findings
