@@ -141,7 +141,14 @@ REGISTRY: tuple[Command, ...] = (
     Command(
         "webui",
         cli="llamafactory.webui.interface:run_web_ui",
-        hooks=(Hook("llamafactory.webui.interface:run_web_ui", _EXPOSURE),),
+        hooks=(
+            Hook("llamafactory.webui.interface:run_web_ui", _EXPOSURE),
+            # The page's own process (train/board.py): the final train log read after the run; the hook's
+            # lines of the export and chat tabs, which run in it, in their boxes.
+            Hook("llamafactory.webui.runner:Runner.monitor", "llamafactory_rocm.train.board:final_log_reread"),
+            Hook("llamafactory.webui.components.export:save_model", "llamafactory_rocm.train.board:page_handler"),
+            Hook("llamafactory.webui.chatter:WebChatModel.load_model", "llamafactory_rocm.train.board:page_handler"),
+        ),
     ),
 )
 _BY_NAME = {command.name: command for command in REGISTRY}

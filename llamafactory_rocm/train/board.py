@@ -9,17 +9,35 @@ attaches to its root logger when the callback is built, inside ``run_exp`` (trai
 - the log stays as LLaMA-Factory writes it (``verbosity.quiet_by_default`` steps aside);
 - the check's report is logged once that handler exists (``on_init_end``, after ``LogCallback`` was
   built and before step 1), and the closing summary after the run, through ``llamafactory.rocm``.
+
+In the page's own process (the webui entry's hooks in lf/commands.py REGISTRY):
+
+- the Train tab's final box is built from the running log as it is once the run has ended. LLaMA-Factory's
+  ``Runner.monitor`` reads ``running_log.txt``, then waits up to 2 s for the process
+  (``communicate(timeout=2)``), and on its exit shows "Finished." above the log of that last read, so
+  whatever the run logged in its last seconds (the closing summary, logged after ``run_exp`` returns,
+  lands about 1.8 s before the process ends on the 2-core build machine) was missing from the page on
+  some runs. ``monitor`` is wrapped to read the log once more for that final box.
+- the Export tab's merge and the Chat tab's load run ``export_model`` and ``ChatModel.__init__`` in the
+  page's process (webui/components/export.py ``save_model``, webui/chatter.py ``WebChatModel.load_model``),
+  not in a child, so no running log: the lines the hook says (``log_lines``) are collected while they run
+  and put in the tab's box below LLaMA-Factory's own message; a refusal (``CheckRefused``) shows its
+  lines there instead of gradio's bare "Error".
 """
 
 from __future__ import annotations
 
+import contextvars
+import functools
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Generator, Iterable
 from typing import Any
 
 BOARD_ENV = "LLAMABOARD_ENABLED"
 LOGGER = "llamafactory.rocm"  # a child of LLaMA-Factory's root logger: its handlers see our records
+# The lines said while one of the page's own handlers runs (export, chat load), for its box.
+_PAGE_LINES: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("llamafactory_rocm_page", default=None)
 
 
 def under_llamaboard() -> bool:
@@ -35,14 +53,18 @@ def under_llamaboard() -> bool:
 
 
 def log_lines(lines: Iterable[str]) -> None:
-    """Each line through LLaMA-Factory's logger (so into running_log.txt), when LlamaBoard runs."""
+    """Each line through LLaMA-Factory's logger (so into running_log.txt), when LlamaBoard runs; into the
+    box of the page's tab whose handler is running (``page_handler``), when it runs in the page itself."""
+    lines = [line for line in lines if line.strip()]
+    collected = _PAGE_LINES.get()
+    if collected is not None:
+        collected.extend(lines)
     if not under_llamaboard():
         return
     logger = logging.getLogger(LOGGER)
     logger.setLevel(logging.INFO)
     for line in lines:
-        if line.strip():
-            logger.info(line)
+        logger.info(line)
 
 
 def board_callback(lines: list[str]) -> Any:
@@ -55,3 +77,67 @@ def board_callback(lines: list[str]) -> Any:
                 log_lines(lines)
 
     return BoardReport()
+
+
+# ------------------------------------------------------------------------------------------- the page
+
+
+def _marked(function: Callable[..., Any]) -> Callable[..., Any]:
+    function.__llamafactory_rocm__ = True  # type: ignore[attr-defined]
+    return function
+
+
+def page_handler(
+    original: Callable[..., Generator[str, None, None]], command: str = "webui"
+) -> Callable[..., Generator[str, None, None]]:
+    """A tab's generator handler (its yields fill the tab's box) with the hook's lines below each message,
+    and a refusal's lines in the box instead of an exception."""
+    from .after import CheckRefused
+
+    @functools.wraps(original)
+    def handler(*args: Any, **kwargs: Any) -> Generator[str, None, None]:
+        said: list[str] = []
+        steps = original(*args, **kwargs)
+        while True:
+            token = _PAGE_LINES.set(said)  # set and reset within one step: gradio runs each in its own context
+            try:
+                message = next(steps)
+            except StopIteration:
+                return
+            except CheckRefused as refused:
+                yield "\n".join(said or str(refused).splitlines())
+                return
+            finally:
+                _PAGE_LINES.reset(token)
+            yield "\n".join([message, *said]) if said else message
+
+    return _marked(handler)
+
+
+def final_log_reread(
+    monitor: Callable[[Any], Generator[dict, None, None]], command: str = "webui"
+) -> Callable[[Any], Generator[dict, None, None]]:
+    """``Runner.monitor`` whose last box ("Finished." above the log) holds the log as it is after the run."""
+    from llamafactory.webui.common import get_save_dir
+    from llamafactory.webui.control import get_trainer_info
+
+    @functools.wraps(monitor)
+    def wrapped(self: Any) -> Generator[dict, None, None]:
+        def get(elem_id: str) -> Any:  # as monitor reads its inputs
+            return self.running_data[self.manager.get_elem_by_id(elem_id)]
+
+        tab = "train" if self.do_train else "eval"
+        lang, do_train = get("top.lang"), self.do_train
+        output_path = get_save_dir(get("top.model_name"), get("top.finetuning_type"), get(f"{tab}.output_dir"))
+        box = self.manager.get_elem_by_id(f"{tab}.output_box")
+        shown = None  # the running log of monitor's last read
+        for update in monitor(self):
+            value = update.get(box)
+            if isinstance(value, str) and not self.running and shown is not None and value.endswith("\n\n" + shown):
+                fresh = get_trainer_info(lang, output_path, do_train)[0]  # the process has ended: all it wrote
+                update = {**update, box: value[: len(value) - len(shown)] + fresh}
+            elif isinstance(value, str) and self.running:
+                shown = value
+            yield update
+
+    return _marked(wrapped)
