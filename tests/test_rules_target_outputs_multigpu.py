@@ -81,7 +81,7 @@ def test_save_total_limit_rotates_the_resumed_runs_own_checkpoints_and_refuses_a
     for step, rank, base in others:
         _checkpoint(out, step, rank, base)
     names = tuple(sorted(p.name for p in out.iterdir()))
-    ctx = _with(make_ctx("cpu_only", existing_outputs=names), resume_checkpoint=("checkpoint-2", True))
+    ctx = _with(make_ctx("cpu_only", existing_outputs=names), resume_checkpoint="checkpoint-2")
     config = {"do_train": True, "output_dir": str(out), "save_total_limit": 1}
     (finding,) = outputs.protect_existing_checkpoints(config, {}, ctx).findings
     assert (finding.code, finding.level) == ("CHECKPOINT_ROTATION", level)
@@ -96,7 +96,7 @@ def test_save_total_limit_rotates_the_resumed_runs_own_checkpoints_and_refuses_a
 def test_a_run_that_never_resumes_is_refused_rotation_among_old_checkpoints(tmp_path):
     out = tmp_path / "out"
     _checkpoint(out, 2, 8)
-    ctx = _with(make_ctx("cpu_only", existing_outputs=("checkpoint-2",)), resume_checkpoint=("checkpoint-2", True))
+    ctx = _with(make_ctx("cpu_only", existing_outputs=("checkpoint-2",)), resume_checkpoint="checkpoint-2")
     config = {"do_train": True, "output_dir": str(out), "save_total_limit": 1, "stage": "rm", "finetuning_type": "full"}
     (finding,) = outputs.protect_existing_checkpoints(config, {}, ctx).findings
     assert (finding.code, finding.level) == ("CHECKPOINT_ROTATION", Level.ERROR)
@@ -173,18 +173,15 @@ def test_the_stages_that_never_resume_are_llamafactorys_line():
     assert line in source and "can_resume_from_checkpoint = False" in source
 
 
-def test_the_resume_checkpoint_is_transformers_own_choice_and_its_weights_are_looked_for(tmp_path):
+def test_the_resume_checkpoint_is_transformers_own_choice(tmp_path):
     from llamafactory_rocm.check.outputs import resume_checkpoint
 
     assert resume_checkpoint(tmp_path / "absent") is None
     (tmp_path / "checkpoint-2").mkdir()
     (tmp_path / "checkpoint-2" / "adapter_model.safetensors").write_bytes(b"w")
-    # transformers' Trainer.train reads trainer_state.json of every checkpoint it resumes from
-    assert resume_checkpoint(tmp_path) == ("checkpoint-2", False)
-    (tmp_path / "checkpoint-2" / "trainer_state.json").write_text("{}")
-    assert resume_checkpoint(tmp_path) == ("checkpoint-2", True)
+    assert resume_checkpoint(tmp_path) == "checkpoint-2"
     (tmp_path / "checkpoint-10").mkdir()  # numeric order, not text order
-    assert resume_checkpoint(tmp_path) == ("checkpoint-10", False)
+    assert resume_checkpoint(tmp_path) == "checkpoint-10"
 
 
 def test_a_training_run_gets_the_loss_plot_unless_the_config_says():

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,20 +27,15 @@ def existing_outputs(output_dir: str | Path) -> tuple[str, ...]:
     return tuple(names)
 
 
-def resume_checkpoint(output_dir: str | Path, config: Mapping[str, Any] | None = None) -> tuple[str, bool] | None:
-    """(name, loadable) of the checkpoint LLaMA-Factory would resume from: transformers' own choice
-    (``get_last_checkpoint``), loadable as transformers' or DeepSpeed's loader needs it (lf/dry_run.py)."""
+def resume_checkpoint(output_dir: str | Path) -> str | None:
+    """The name of the checkpoint LLaMA-Factory would resume from: transformers' own choice
+    (``get_last_checkpoint``); whether it loads is the dry run's verdict (CHECKPOINT_NOT_LOADABLE)."""
     if not Path(output_dir).is_dir():
         return None
     from transformers.trainer_utils import get_last_checkpoint
 
-    from ..lf.dry_run import checkpoint_loadable
-
     last = get_last_checkpoint(str(output_dir))
-    if last is None:
-        return None
-    deepspeed = bool((config or {}).get("deepspeed")) if config is not None else None
-    return Path(last).name, checkpoint_loadable(last, deepspeed=deepspeed)
+    return None if last is None else Path(last).name
 
 
 def experiment_of(checkpoint: str | Path) -> tuple[Any, ...] | None:

@@ -218,7 +218,7 @@ def run_check(request: CheckRequest) -> Report:
         known_keys=schema.keys if train else command_keys(command),
         target=target,
         existing_outputs=existing_outputs(output_dir) if train else (),
-        resume_checkpoint=resume_checkpoint(output_dir, config) if train else None,
+        resume_checkpoint=resume_checkpoint(output_dir) if train else None,
         model_config=model_config_for(str(config.get("model_name_or_path", ""))),
         extra_findings=(*request.extra_findings, *path_findings),
         schema=schema if schema.parser is not None else None,

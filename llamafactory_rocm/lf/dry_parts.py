@@ -24,7 +24,6 @@ class Resume:
     global_step: int | None = None  # trainer_state.json's global_step
     total_steps: int | None = None  # max_steps, or the checkpointed run's own max_steps
     steps_left: int | None = None
-    loadable: bool = True
 
 
 @dataclass

@@ -411,7 +411,6 @@ class _Launch:
         resume = Resume(checkpoint=checkpoint)
         self.run.resume = resume
         if not os.path.isdir(checkpoint) or not checkpoint_loadable(checkpoint, deepspeed=deepspeed):
-            resume.loadable = False
             needs = (
                 "a global_step* folder named by a 'latest' file (DeepSpeed)"
                 if deepspeed

@@ -26,15 +26,9 @@ class Product(BaseModel):
     name: str
     alias: str = Field(description="short name used by --gpu and preset file names, e.g. mi300x")
     vram_gib: float = Field(description="memory of ONE device as torch sees it")
-    devices_per_card: int = 1
     integrated: bool = Field(
         default=False,
         description="an APU or the iGPU of a Ryzen CPU (torch: is_integrated); shares system memory",
-    )
-    unified_memory: bool = Field(
-        default=False,
-        description="the GPU's memory is system memory (VRAM carve-out + GTT): vram_gib is a typical "
-        "configuration, the real budget is read from the machine",
     )
 
 
@@ -44,7 +38,6 @@ class FlashAttention(BaseModel):
     ck_min_version: str | None = Field(
         description="first flash-attn release whose CK (default ROCm) backend builds for this arch"
     )
-    ck_backward_min_version: str | None = None
     triton_backend: bool = Field(description="FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE covers it")
 
 
@@ -56,10 +49,8 @@ class ArchInfo(BaseModel):
     products: list[Product]
     bf16_matrix: bool = Field(description="bf16 runs on matrix units (MFMA/WMMA)")
     bf16_faster_than_fp16: bool = Field(description="False where bf16 is slower than fp16")
-    fp8: str | None = Field(description="None, 'fnuz' or 'ocp'")
     sdpa_aotriton: bool
     sdpa_aotriton_experimental: bool = False
-    hipblaslt: bool
     flash_attention: FlashAttention
     bitsandbytes_min_version: str | None
     hsa_override: str | None = Field(
@@ -67,7 +58,6 @@ class ArchInfo(BaseModel):
     )
     hsa_override_target: str | None = None
     in_official_torch_wheels: bool
-    officially_supported_rocm: bool
     retired: bool = False
     successor: str | None = Field(default=None, description="the target a retired one's GPUs are (gfx940 -> gfx942)")
     hip_page_faults: Literal["lora_backward_gemm", "memory_access"] | None = Field(
@@ -100,9 +90,9 @@ class ArchInfo(BaseModel):
     @model_validator(mode="after")
     def _every_fact_has_a_source(self) -> ArchInfo:
         facts = {
-            "family", "products", "bf16_matrix", "bf16_faster_than_fp16", "fp8", "sdpa_aotriton",
-            "hipblaslt", "flash_attention", "bitsandbytes_min_version", "hsa_override",
-            "in_official_torch_wheels", "officially_supported_rocm", "gfx_target_version",
+            "family", "products", "bf16_matrix", "bf16_faster_than_fp16", "sdpa_aotriton",
+            "flash_attention", "bitsandbytes_min_version", "hsa_override",
+            "in_official_torch_wheels", "gfx_target_version",
         }  # fmt: skip
         optional = (
             "successor", "hip_page_faults", "hip_page_faults_from_rocm", "fp16_failure", "bf16_divergence_report",

@@ -39,9 +39,9 @@ class Context:
     target: Target | None = None
     # checkpoint-* folders and final weight files already in output_dir (read by the caller)
     existing_outputs: tuple[str, ...] = ()
-    # the checkpoint LLaMA-Factory would resume from (transformers' get_last_checkpoint) and whether
-    # it holds weights the trainer can load; None when output_dir has none
-    resume_checkpoint: tuple[str, bool] | None = None
+    # the checkpoint LLaMA-Factory would resume from (transformers' get_last_checkpoint); None when
+    # output_dir has none
+    resume_checkpoint: str | None = None
     # the model's config.json (local folder or shipped copy), for the memory estimate
     model_config: Mapping[str, Any] | None = None
     # findings computed outside the rule chain (dataset validation)

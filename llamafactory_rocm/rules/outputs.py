@@ -99,7 +99,7 @@ def _resumed_from(config: Mapping[str, Any], ctx: Context, output_dir: str) -> P
     ) in ("full", "freeze")
     if never or ctx.resume_checkpoint is None:
         return None
-    return Path(output_dir) / ctx.resume_checkpoint[0]
+    return Path(output_dir) / ctx.resume_checkpoint
 
 
 def plot_the_loss(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
