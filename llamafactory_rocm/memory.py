@@ -21,12 +21,13 @@ from .lf.schema import field_default
 
 GIB = 2**30
 LINEAR_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-# bf16 activation bytes kept per token per layer when a layer's forward is (re)computed, as
-# multiples of hidden, intermediate and KV width (residuals, norms, q/attention output/o input;
-# gate, up, act(gate), product; k, v). Calibrated: docs/memory.md.
-ACT_HIDDEN_FACTOR = 6
-ACT_INTERMEDIATE_FACTOR = 4
-ACT_KV_FACTOR = 2
+# Activations: the bytes autograd saves for backward per token, counted per op from transformers' decoder
+# layers under LoRA on all linears and bf16 autocast (tests/test_memory_oracle.py measures them, docs/memory.md
+# lists them): an RMSNorm keeps its fp32 input (4 x width), each LoRA'd linear its own bf16 copy of its input
+# (peft casts the input to the adapter's fp32 and autocast back), attention q, k, v and its output (bf16), the
+# MLP gate, up, act(gate) and down's input. The loss keeps the fp32 log-softmax and, in backward, its gradient
+# and the gradient of the fp32 upcast: 12 bytes per logit at its peak.
+LOGIT_BYTES = 12
 LOSS_CHUNKS = 8  # fused/chunked cross-entropy keeps one fp32 chunk of the logits
 WORKSPACE_GIB = 0.25  # BLAS workspaces and allocator slack
 
@@ -41,6 +42,18 @@ class ModelShape:
     head_dim: int
     vocab: int
     tied: bool
+    # what decides the activations beyond the dense Llama shape (defaults: a dense Llama)
+    norms_per_layer: int = 2  # Gemma 2/3: 4 (pre/post attention and MLP)
+    qk_norm: bool = False  # Qwen3, Gemma 3, Llama 4: RMSNorm (fp32 input kept) over q and k
+    experts: int = 0  # routed experts of an MoE layer (0: dense)
+    experts_per_token: int = 0  # experts each token passes (Llama 4 runs every expert on every token)
+    expert_intermediate: int = 0
+    shared_intermediate: int = 0  # the always-on shared expert's width (DeepSeek, Llama 4)
+    moe_layers: int = 0  # decoder layers whose MLP is the MoE one (the rest dense of ``dense_intermediate``)
+    dense_intermediate: int = 0  # a dense layer's MLP width where it differs from ``intermediate`` (Llama 4)
+    q_lora_rank: int = 0  # DeepSeek's MLA: the low-rank q and kv projections
+    kv_lora_rank: int = 0
+    v_head_dim: int = 0
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any]) -> ModelShape:
@@ -48,13 +61,30 @@ class ModelShape:
             cfg = cfg["text_config"]  # a vision-language config: the decoder's shape is nested
         heads = int(cfg["num_attention_heads"])
         hidden = int(cfg["hidden_size"])
+        model_type = str(cfg.get("model_type", ""))
+        layers = int(cfg["num_hidden_layers"])
+        experts = int(cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts") or 0)
+        mla = bool(cfg.get("kv_lora_rank"))
+        head_dim = int(cfg.get("qk_nope_head_dim", 0) + cfg.get("qk_rope_head_dim", 0)) if mla else 0
         return cls(
+            norms_per_layer=4 if model_type.startswith(("gemma2", "gemma3")) else 2,
+            qk_norm=model_type.startswith(("qwen3", "gemma3")) or bool(cfg.get("use_qk_norm")),
+            experts=experts,
+            # transformers' Llama4TextMoe multiplies every expert's output by its router score: all run
+            experts_per_token=experts if model_type.startswith("llama4") else int(cfg.get("num_experts_per_tok") or 0),
+            expert_intermediate=int(cfg.get("moe_intermediate_size") or cfg.get("intermediate_size") or 0),
+            shared_intermediate=_shared_width(cfg, model_type),
+            moe_layers=_moe_layers(cfg, layers) if experts else 0,
+            dense_intermediate=int(cfg.get("intermediate_size_mlp") or 0),
+            q_lora_rank=int(cfg.get("q_lora_rank") or 0),
+            kv_lora_rank=int(cfg.get("kv_lora_rank") or 0),
+            v_head_dim=int(cfg.get("v_head_dim") or 0),
             hidden=hidden,
             intermediate=int(cfg["intermediate_size"]),
-            layers=int(cfg["num_hidden_layers"]),
+            layers=layers,
             heads=heads,
             kv_heads=int(cfg.get("num_key_value_heads") or heads),
-            head_dim=int(cfg.get("head_dim") or hidden // heads),
+            head_dim=head_dim or int(cfg.get("head_dim") or hidden // heads),
             vocab=int(cfg["vocab_size"]),
             tied=bool(cfg.get("tie_word_embeddings", False)),
         )
@@ -92,6 +122,72 @@ class ModelShape:
 
     def parameter_count(self, qk_norm: bool = False) -> int:
         return self.layers * self.layer_linear_params() + self.embedding_params() + self.norm_params(qk_norm)
+
+    def layer_activation_bytes(self, moe: bool, lora_rank: int = 0) -> int:
+        """Bytes autograd saves per token in one decoder layer's forward (bf16 autocast; ``lora_rank`` > 0:
+        LoRA on every linear, each then keeping its own copy of its input). Per op, as listed in
+        docs/memory.md#activations; tests/test_memory_oracle.py measures them."""
+        h, r = self.hidden, lora_rank
+        lora = r > 0
+        if self.kv_lora_rank:  # MLA: q_a/q_b, kv_a/kv_b, o; q, k, v and the output all heads x qk width
+            q = self.heads * self.head_dim
+            attention = (
+                4 * h * self.norms_per_layer
+                + 4 * (self.q_lora_rank + self.kv_lora_rank)  # q_a and kv_a layernorms
+                + 2 * (2 * h + self.q_lora_rank + self.kv_lora_rank + self.heads * self.v_head_dim)
+                + 8 * q
+                + 2 * r * 5
+            )
+        else:
+            q, kv = self.q_width, self.kv_width
+            attention = (
+                4 * h * self.norms_per_layer
+                + (4 * (q + kv) if self.qk_norm else 0)
+                + 2 * (3 * h if lora else h)
+                + 2 * q  # q, k, v input (one copy each with LoRA); o input
+                + 4 * (q + kv)  # q, k, v, attention output
+                + 2 * r * 4
+            )
+
+        def mlp(width: int) -> int:  # gate/up input (a copy each with LoRA), gate, up, act(gate), down input
+            return (4 * h if lora else 2 * h) + 8 * width + 2 * r * 3
+
+        if not moe:
+            return attention + mlp(self.dense_intermediate or self.intermediate)
+        routed = self.experts_per_token * (2 * h + 6 * self.expert_intermediate + 12)  # gathered input, gate_up, act
+        router = 4 * self.experts + 8 * self.experts_per_token  # fp32 router logits, top-k indices
+        shared = mlp(self.shared_intermediate) if self.shared_intermediate else 0
+        return attention + router + routed + shared
+
+    def layer_backward_bytes(self, moe: bool) -> int:
+        """The gradient one layer's MLP backward holds per token beyond its saved set: the bf16 gradient of
+        gate and up (2 x width elements) of every expert the token passed, measured as a recomputed layer's
+        extra (tests/test_memory_oracle.py, Llama 4's all-expert layer)."""
+        if moe:
+            return 4 * self.experts_per_token * self.expert_intermediate + 4 * self.shared_intermediate
+        return 4 * (self.dense_intermediate or self.intermediate)
+
+
+def _shared_width(cfg: Mapping[str, Any], model_type: str) -> int:
+    if model_type.startswith("llama4"):
+        return int(cfg.get("intermediate_size") or 0)  # Llama4TextMoe.shared_expert: a Llama4TextMLP
+    if cfg.get("n_shared_experts"):
+        return int(cfg["n_shared_experts"]) * int(cfg.get("moe_intermediate_size") or 0)
+    return int(cfg.get("shared_expert_intermediate_size") or 0)
+
+
+def _moe_layers(cfg: Mapping[str, Any], layers: int) -> int:
+    """Decoder layers with the MoE MLP, as transformers' models choose them."""
+    if isinstance(cfg.get("moe_layers"), list):  # Llama 4
+        return sum(1 for i in cfg["moe_layers"] if i < layers)
+    if "first_k_dense_replace" in cfg:  # DeepSeek-V3
+        return max(0, layers - int(cfg["first_k_dense_replace"]))
+    if "interleave_moe_layer_step" in cfg:
+        step = int(cfg["interleave_moe_layer_step"]) or 1
+        return sum(1 for i in range(layers) if (i + 1) % step == 0)
+    only_dense = set(cfg.get("mlp_only_layers") or [])  # Qwen2/3-MoE
+    step = int(cfg.get("decoder_sparse_step") or 1)
+    return sum(1 for i in range(layers) if i not in only_dense and (i + 1) % step == 0)
 
 
 def shape_and_count(cfg: Mapping[str, Any]) -> tuple[ModelShape, int]:
@@ -268,7 +364,6 @@ def estimate(shape: ModelShape, parameters: int, train: TrainingShape, built: Mo
     """``built``: the parameters of the model LLaMA-Factory built (the dry run's count); where given, weights
     and trainable state are counted from it and ``parameters`` is not used; the formula below serves
     where the model could not be built (planning without its files)."""
-    tokens = train.batch * train.cutoff_len
     if built is not None:
         weights, trainable, state = _built_weights_and_state(built, train)
         parameters = built.parameters
@@ -278,15 +373,7 @@ def estimate(shape: ModelShape, parameters: int, train: TrainingShape, built: Mo
         weights /= train.world_size
     if train.zero_stage >= 2 or (train.zero_stage == 1 and train.method != "lora"):
         state /= train.world_size
-    per_token_layer = 2 * (
-        ACT_HIDDEN_FACTOR * shape.hidden + ACT_INTERMEDIATE_FACTOR * shape.intermediate + ACT_KV_FACTOR * shape.kv_width
-    )
-    if train.gradient_checkpointing:  # each layer's input kept, one layer recomputed at a time
-        activations = tokens * (shape.layers * shape.hidden * 2 + per_token_layer)
-    else:
-        activations = tokens * shape.layers * per_token_layer
-    # fused: one fp32 chunk; else bf16 logits, their fp32 upcast in the loss, and its gradient
-    logits = tokens * shape.vocab * (4 / LOSS_CHUNKS if train.fused_loss else 2 + 4 + 4)
+    activations, logits = activation_and_logit_bytes(shape, train)
     return Estimate(
         parameters=parameters,
         trainable_parameters=trainable,
@@ -296,6 +383,32 @@ def estimate(shape: ModelShape, parameters: int, train: TrainingShape, built: Mo
         logits_gib=logits / GIB,
         workspace_gib=WORKSPACE_GIB,
     )
+
+
+def activation_and_logit_bytes(shape: ModelShape, train: TrainingShape) -> tuple[float, float]:
+    """(activations, logits) at the step's peak, per device. The loss's peak (the logits) comes at the start of
+    backward, when every layer's saved activations are still held; with gradient checkpointing those are
+    only each layer's bf16 input, and one layer's full set (and its MLP's gradients) exists only while that
+    layer is recomputed, after the logits are freed: the activations are then the checkpoints plus what that
+    layer needs beyond the logits' bytes."""
+    tokens = train.batch * train.cutoff_len
+    rank = train.lora_rank if train.method == "lora" else 0
+    moe = min(shape.moe_layers, shape.layers)
+    kinds = ([shape.layer_activation_bytes(True, rank)] if moe else []) + (
+        [shape.layer_activation_bytes(False, rank)] if moe < shape.layers else []
+    )
+    recomputed = max(
+        shape.layer_activation_bytes(is_moe, rank) + shape.layer_backward_bytes(is_moe)
+        for is_moe in ([True] if moe else []) + ([False] if moe < shape.layers else [])
+    )
+    logits = shape.vocab * (4 / LOSS_CHUNKS if train.fused_loss else LOGIT_BYTES)
+    final_norm = 4 * shape.hidden  # the final RMSNorm's fp32 input
+    if train.gradient_checkpointing:  # each layer's bf16 input kept; one layer recomputed at a time
+        per_token = shape.layers * 2 * shape.hidden + final_norm + max(0.0, recomputed - logits)
+    else:
+        dense = shape.layers - moe
+        per_token = moe * kinds[0] + dense * kinds[-1] + final_norm
+    return tokens * per_token, tokens * logits
 
 
 def estimate_config(config: Mapping[str, Any], world_size: int = 1) -> Estimate | None:

@@ -85,6 +85,12 @@ def _plan(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> _P
     return _Plan(shape, parameters, weight_bytes, built, train, est, device_gib, used)
 
 
+def plan_estimate(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Estimate | None:
+    """The estimate the rule judges (unrounded), or None where there is none."""
+    plan = _plan(config, env, ctx)
+    return None if plan is None else plan.est
+
+
 def estimate_numbers(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> dict[str, float] | None:
     """The estimate as numbers, for ``--json``: GiB per device; None where there is none."""
     plan = _plan(config, env, ctx)
