@@ -22,9 +22,7 @@ the whole peak, live state + step peak, against weights + trainable state + acti
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -140,25 +138,12 @@ def model_folder(name: str, tiny_model: Path, into: Path) -> Path:
 
 
 def lora_config(folder: Path, out: Path, **overrides: Any) -> dict[str, Any]:
-    from llamafactory_rocm.resources import datasets_dir
+    """tests/test_memory_built.py's LoRA SFT config (lora_target all) at this file's batch and cutoff, bf16."""
+    from tests.test_memory_built import lora_config as built_config
 
-    config = {
-        "stage": "sft",
-        "do_train": True,
-        "model_name_or_path": str(folder),
-        "finetuning_type": "lora",
-        "lora_target": "all",
-        "dataset": "amd_finetune_qa",
-        "dataset_dir": str(datasets_dir()),
-        "template": "default",
-        "cutoff_len": CUTOFF,
-        "per_device_train_batch_size": BATCH,
-        "output_dir": str(out),
-        "bf16": True,
-        "report_to": "none",
-        "use_cpu": True,  # transformers refuses bf16 without a GPU unless told the run is on the CPU
-    }
-    return {**config, **overrides}
+    # use_cpu: transformers refuses bf16 without a GPU unless told the run is on the CPU
+    extra = {"cutoff_len": CUTOFF, "per_device_train_batch_size": BATCH, "bf16": True, "use_cpu": True}
+    return built_config(folder, out, report_to="none", **extra, **overrides)
 
 
 @dataclass(frozen=True)
@@ -186,22 +171,14 @@ def profiled_peak(run: Any) -> int:
     return peak
 
 
-@contextlib.contextmanager
-def _kept_environ():
-    saved = dict(os.environ)
-    try:
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-
-
 def lf_model(config: dict[str, Any]) -> Any:
     """LLaMA-Factory's own model for ``config``: get_train_args, load_tokenizer, load_model (trainable)."""
     from llamafactory.hparams import get_train_args
     from llamafactory.model import load_model, load_tokenizer
 
-    with _kept_environ():
+    from llamafactory_rocm.lf.verdict import _restored_environ
+
+    with _restored_environ():  # get_train_args sets environment variables
         model_args, _, _, finetuning_args, _ = get_train_args(dict(config))
         tokenizer = load_tokenizer(model_args)["tokenizer"]
         return load_model(tokenizer, model_args, finetuning_args, is_trainable=True)
