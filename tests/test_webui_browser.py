@@ -4,10 +4,13 @@ Stock ``llamafactory-cli webui`` (LLaMA-Factory's files unchanged; the hook arri
 file) on a local port, driven by the distribution's headless Chromium through Playwright (no browser
 download: ``executable_path``). The page is filled in as a person would: model name Custom, the tiny
 model's path, the bundled data dir and dataset, a few extra arguments to keep the run short; then Start.
+The ready run's adapter is then merged from the Export tab (first into a file, refused) and loaded in the
+Chat tab, in the same page: those two run in LlamaBoard's own process, not in a child.
 
 Oracles: LLaMA-Factory's own files of the run (``trainer_log.jsonl``: the losses the page must show;
 ``training_args.yaml``, the config LlamaBoard handed to ``llamafactory-cli train``, refused by
-LLaMA-Factory's own ``get_train_args`` too), the launch record the run wrote, and the page's text.
+LLaMA-Factory's own ``get_train_args`` too), the launch records the run and the export wrote, the merged
+folder, and the page's text (the tabs' boxes are textareas: their values).
 
 Needs: the webui and browser extras (``pip install -e ".[test,webui,browser]"``) and Chromium
 (Debian: ``apt-get install -y chromium``; elsewhere set LLAMAFACTORY_ROCM_CHROMIUM to its path). A
@@ -35,6 +38,7 @@ CHROMIUM_ENV = "LLAMAFACTORY_ROCM_CHROMIUM"
 SCREENSHOTS_ENV = "LLAMAFACTORY_ROCM_SCREENSHOTS"
 SHORT_RUN = {"optim": "adamw_torch", "max_steps": 6, "logging_steps": 1, "max_samples": 64, "cutoff_len": 128}
 RUN_TIMEOUT_S = 300
+TAB_TIMEOUT_S = 120  # an export or a chat load of the tiny model: seconds
 WIDTH = 1800  # wide enough for a finding line in the log box beside the loss plot
 
 
@@ -151,17 +155,28 @@ def run_dir(board: dict, output_dir: str) -> Path:
     return board["workdir"] / "saves" / "Custom" / "lora" / output_dir
 
 
-def test_a_ready_run_shows_the_findings_and_the_loss_in_the_page(board, tiny_model, tmp_path):
+@pytest.fixture(scope="module")
+def ready_run(board, tiny_model) -> dict:
+    """The ready run, trained once from the Train tab: the page at its end state, and the run's folder."""
     page = start_training(board, tiny_model, "ready-run", SHORT_RUN)
     text = wait_finished(page, board)
-    out = run_dir(board, "ready-run")
+    yield {"page": page, "text": text, "out": run_dir(board, "ready-run")}
+    page.close()
+
+
+def test_a_ready_run_shows_the_findings_the_loss_and_the_summary_in_the_page(ready_run, tmp_path):
+    page, text, out = ready_run["page"], ready_run["text"], ready_run["out"]
     assert re.search(r"^Finished\.", text, flags=re.M), text[-3000:]
     record = json.loads((out / "rocm_launch.json").read_text())
     shown = [f["code"] for f in record["findings"] if f"] {f['code']}: " in text]
     assert shown and shown == [f["code"] for f in record["findings"]], (record["findings"], text[-5000:])
     assert "llamafactory-rocm: pre-launch check" in text and "ok: ready to launch" in text
-    # The closing summary is printed after run_exp returns; in one CI run (fresh clone, 2 cores) the page had
-    # stopped reading LlamaBoard's running log before it arrived: not asserted until that race is understood.
+    # The closing summary, logged after run_exp returns (about 1.8 s before the process ends): LlamaBoard's
+    # final box repeats its last read of running_log.txt, taken before its 2 s wait for the process; the
+    # hook's Runner.monitor reads the log once more for that box (train/board.py final_log_reread).
+    summary = text[text.index("llamafactory-rocm: training summary") :]
+    adapter = f"adapter +{re.escape(str(out.relative_to(board_dir(out))))}/adapter_model.safetensors"
+    assert re.search(r"steps +6\n", summary) and re.search(adapter, summary), summary
     rows = [json.loads(line) for line in (out / "trainer_log.jsonl").read_text().splitlines()]
     logged = [row["loss"] for row in rows if "loss" in row]  # the last row closes the run, without a loss
     in_page = [float(v) for v in re.findall(r"'loss': ([0-9.]+)", text)]
@@ -173,7 +188,83 @@ def test_a_ready_run_shows_the_findings_and_the_loss_in_the_page(board, tiny_mod
     screenshot(
         page, "llamaboard-summary.png", text_top(page, "llamafactory-rocm: training summary") - 10, 190, tmp_path
     )
-    page.close()
+
+
+def board_dir(out: Path) -> Path:
+    """LlamaBoard's working folder, which its saves/<model>/<method>/<name> paths are relative to."""
+    return out.parents[3]
+
+
+def box_value(page, button: str, needles: tuple[str, ...]) -> str:
+    """Press ``button``, then the tab's box once it holds a new text with one of ``needles`` (an end state),
+    or gradio's error toast."""
+    from playwright.sync_api import TimeoutError as PageTimeout
+
+    before = [t.input_value() for t in page.locator("textarea").all()]
+    page.get_by_role("button", name=button, exact=True).click()
+    try:
+        box = page.wait_for_function(
+            """([needles, before]) => {
+            for (const t of document.querySelectorAll("textarea")) {
+                const fresh = t.offsetParent && !before.includes(t.value);
+                if (fresh && needles.some((n) => t.value.includes(n))) return t;
+            }
+            const error = document.querySelector(".toast-body.error");  // gradio's toast for an exception
+            return error ? error : null;
+        }""",
+            arg=[list(needles), before],
+            timeout=TAB_TIMEOUT_S * 1000,
+        ).as_element()
+    except PageTimeout:
+        boxes = [t.input_value() for t in page.locator("textarea").all() if t.is_visible()]
+        raise AssertionError(f"none of {needles} in the page's boxes after {TAB_TIMEOUT_S} s: {boxes}") from None
+    return box.input_value() if box.evaluate("e => e.tagName") == "TEXTAREA" else "gradio error: " + box.inner_text()
+
+
+def box_screenshot(page, value: str, name: str, tmp_path: Path) -> None:
+    """The tab's button row and its box (a textarea: its text is not in the page's text nodes)."""
+    box = next(b for b in page.locator("textarea").all() if b.is_visible() and b.input_value() == value)
+    top, height = page_top(box), box.evaluate("e => e.getBoundingClientRect().height")
+    screenshot(page, name, top - 70, height + 90, tmp_path)
+
+
+def test_export_and_chat_from_the_page_show_the_check_a_refusal_its_reason(ready_run, tmp_path):
+    """The adapter of the ready run, merged from the Export tab and loaded in the Chat tab, which run in
+    LlamaBoard's own process; first an export_dir that is a file, refused in one line with its fix."""
+    page, out = ready_run["page"], ready_run["out"]
+    checkpoint = page.get_by_label("Checkpoint path")
+    checkpoint.click()
+    checkpoint.fill(out.name)
+    checkpoint.press("Enter")
+    page.get_by_role("tab", name="Export").click()
+    export_dir = page.get_by_label("Export dir")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("a user's file\n")
+    export_dir.fill(str(notes))
+    refused = box_value(page, "Export", ("[error]", "Model exported."))
+    (line,) = [line for line in refused.splitlines() if "[error]" in line]
+    assert f"EXPORT_DIR_NOT_A_FOLDER: export_dir {notes} is a file" in line and "Fix: " in line, refused
+    assert "Traceback" not in refused and "Model exported." not in refused
+    assert notes.read_text() == "a user's file\n"
+    box_screenshot(page, refused, "llamaboard-export-refused.png", tmp_path)
+
+    merged = tmp_path / "merged"
+    export_dir.fill(str(merged))
+    exported = box_value(page, "Export", (f"llamafactory-rocm: merged model {merged}", "[error]"))
+    assert exported.startswith("Model exported.") and "Traceback" not in exported, exported
+    assert (merged / "config.json").is_file() and list(merged.glob("model*.safetensors")), sorted(merged.iterdir())
+    record = json.loads((merged / "rocm_launch.json").read_text())  # the export's record, beside the model
+    assert all(f"] {f['code']}: " in exported for f in record["findings"]), (record["findings"], exported)
+    assert "llamafactory-rocm: pre-launch check" in exported and "ok: ready to launch" in exported, exported
+    box_screenshot(page, exported, "llamaboard-export.png", tmp_path)
+
+    page.get_by_role("tab", name="Chat").click()
+    loaded = box_value(page, "Load model", ("llamafactory-rocm: webchat engine", "[error]"))
+    assert loaded.startswith("Model loaded,") and "Traceback" not in loaded, loaded
+    assert "llamafactory-rocm: pre-launch check" in loaded and "ok: ready to launch" in loaded, loaded
+    assert re.search(r"engine huggingface on cpu \((float32|bfloat16|float16)\)", loaded), loaded
+    assert f"+ adapter {out.relative_to(board_dir(out))}" in loaded or f"+ adapter {out}" in loaded, loaded
+    box_screenshot(page, loaded, "llamaboard-chat.png", tmp_path)
 
 
 def test_a_refused_run_shows_its_one_line_reason_in_the_page(board, tiny_model, tmp_path):

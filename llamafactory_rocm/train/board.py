@@ -87,6 +87,14 @@ def _marked(function: Callable[..., Any]) -> Callable[..., Any]:
     return function
 
 
+def _box(lines: list[str]) -> Any:
+    """The tab's box (a one-row gr.Textbox in LLaMA-Factory's page) tall enough for ``lines``."""
+    import gradio as gr
+
+    rows = sum(1 + len(line) // 160 for line in lines)  # a long line wraps in a full-width box
+    return gr.Textbox(value="\n".join(lines), lines=min(rows, 30), max_lines=30)
+
+
 def page_handler(
     original: Callable[..., Generator[str, None, None]], command: str = "webui"
 ) -> Callable[..., Generator[str, None, None]]:
@@ -95,21 +103,25 @@ def page_handler(
     from .after import CheckRefused
 
     @functools.wraps(original)
-    def handler(*args: Any, **kwargs: Any) -> Generator[str, None, None]:
+    def handler(*args: Any, **kwargs: Any) -> Generator[Any, None, None]:
         said: list[str] = []
         steps = original(*args, **kwargs)
         while True:
+            refusal = None
             token = _PAGE_LINES.set(said)  # set and reset within one step: gradio runs each in its own context
             try:
                 message = next(steps)
             except StopIteration:
                 return
             except CheckRefused as refused:
-                yield "\n".join(said or str(refused).splitlines())
-                return
+                lines = str(refused).splitlines()
+                refusal = [line for line in lines if "[error]" in line] or lines
             finally:
                 _PAGE_LINES.reset(token)
-            yield "\n".join([message, *said]) if said else message
+            if refusal is not None:  # the one-line reasons, each with its fix, and nothing run
+                yield _box(refusal)
+                return
+            yield _box([message, *said]) if said else message
 
     return _marked(handler)
 
