@@ -55,9 +55,7 @@ def page_fault_workaround(config: Mapping[str, Any], env: Mapping[str, str], ctx
             key=NO_CACHING,
             new="1",
             message="; ".join(what) + ".",
-            fix=f"export {NO_CACHING}=1 if the run stops with a page fault or 'Memory access fault by GPU' "
-            "(PyTorch's caching allocator is then off: slower, every allocation goes to the driver)"
-            + ("; a ROCm release carrying the hipBLASLt fix removes the need." if gemm else "."),
+            fix_as="gemm_fault" if gemm else "access_fault_only",
         ),
     )
 
@@ -182,7 +180,6 @@ def wsl2(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Ste
             key="/dev/dxg",
             message="WSL2: the GPU is reached through /dev/dxg, not /dev/kfd; KFD topology and the "
             f"render/video groups do not apply here.{extra}",
-            fix="Nothing for /dev/kfd; in docker pass --device=/dev/dxg"
-            + ("; export HSA_ENABLE_DXG_DETECTION=1 in a container." if old_runtime else "."),
+            fix_as="runtime_before_7_13" if old_runtime else "runtime_7_13_or_later",
         ),
     )

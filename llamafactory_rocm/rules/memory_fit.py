@@ -132,27 +132,26 @@ def memory_fit(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) 
                 level=Level.INFO,
                 new=round(est.total_gib, 1),
                 message=f"Estimated peak {est.total_gib:.1f} GiB of {device_gib:.1f} GiB per device ({breakdown}).",
-                fix="Nothing to do; docs/memory.md explains the estimate.",
             ),
             *starved,
         )
     batch = largest_fitting_batch(plan.shape, plan.parameters, config, budget, world, plan.weight_bytes, plan.built)
     current = int(lf_value(config, "per_device_train_batch_size", 8))
     changes = fitting_changes(config, ctx, plan, budget)
+    fix_with: dict[str, Any] = {}  # the case's values; the text is the registry's (one case a branch)
     if changes:
-        fix = "Changes that fit, cheapest first: " + "; ".join(f"{what} ({gib:.1f} GiB)" for what, gib in changes) + "."
+        case, fix_with = "changes_that_fit", {"changes": "; ".join(f"{what} ({gib:.1f} GiB)" for what, gib in changes)}
     elif batch is not None and batch < current:
-        fix = f"Set per_device_train_batch_size: {batch} (raise gradient_accumulation_steps to keep the batch)."
+        case, fix_with = "smaller_batch", {"batch": batch}
     elif truthy(config.get("disable_gradient_checkpointing", False)):
-        fix = "Remove disable_gradient_checkpointing (LLaMA-Factory checkpoints by default)."
+        case = "gradient_checkpointing_off"
     elif not config.get("quantization_bit"):
-        fix = "Use QLoRA (quantization_bit: 4, bitsandbytes >= 0.49) or lower cutoff_len."
+        case = "not_quantized"
     else:
-        fix = "Lower cutoff_len or use a GPU with more memory."
+        case = "quantized"
     over = est.total_gib > device_gib  # not a risk but a certainty: the allocator cannot place it
     if over:
         where, outcome = f"is more than the {device_gib:.1f} GiB device", "the run would stop with out-of-memory."
-        fix += " If you know better than the estimate, --accept MEMORY_OVER_DEVICE."
     else:
         where, outcome = f"exceeds 90% of the {device_gib:.1f} GiB device", "expect out-of-memory."
     return unchanged(
@@ -164,7 +163,8 @@ def memory_fit(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) 
             old=round(est.total_gib, 1),
             new=batch,
             message=f"Estimated peak {est.total_gib:.1f} GiB {where} ({breakdown}): {outcome}",
-            fix=fix,
+            fix_as=case,
+            fix_with=fix_with,
         ),
         *starved,
     )
@@ -192,9 +192,6 @@ def host_starved(ctx: Context, gpu_gib: float) -> list[Finding]:
             message=f"Unified memory: the GPU's estimated {gpu_total:.1f} GiB comes out of the {ram_gib:.1f} GiB "
             f"of RAM ({what}), leaving {left:.1f} GiB for the OS, the Python process and the dataloader "
             f"(this package keeps {HOST_RESERVE_GIB:.0f} GiB): expect swapping or the OOM killer.",
-            fix="Lower per_device_train_batch_size or cutoff_len, set preprocessing_num_workers and "
-            "dataloader_num_workers low, close other programs; a smaller GTT (amdgpu.gttsize / ttm.pages_limit) "
-            "keeps RAM for the CPU side.",
         )
     ]
 

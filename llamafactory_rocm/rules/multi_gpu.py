@@ -41,12 +41,7 @@ def multi_gpu_notices(config: Mapping[str, Any], env: Mapping[str, str], ctx: Co
                 message="DDP across several RX 7900 XTX is reported to fail (hiyouga/LLaMA-Factory#6271, open); "
                 "Radeon multi-GPU runs hang in RCCL without NCCL_P2P_DISABLE=1 (ROCm/vllm#390)"
                 + (" (set here)." if p2p_off else "."),
-                fix=(
-                    "NCCL_P2P_DISABLE=1 is set; "
-                    if p2p_off
-                    else "export NCCL_P2P_DISABLE=1 (RCCL then copies through host memory, the documented workaround); "
-                )
-                + "if the ranks still hang at start, train on one GPU (HIP_VISIBLE_DEVICES=0).",
+                fix_as="p2p_disabled" if p2p_off else "p2p_enabled",
             )
         )
     rdna4 = [arch for arch, info in infos if info.p2p_hang]  # RDNA4 Radeons

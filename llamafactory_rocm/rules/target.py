@@ -36,10 +36,7 @@ def check_target(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context
                 level=Level.WARNING if guessed else Level.ERROR,
                 message=f"The config is meant for {label} ({target.arch}, named by {target.named_by}) but this "
                 "machine has no GPU, so it would run on the CPU.",
-                fix="Expected for a smoke test; on the real machine nothing is needed."
-                if guessed
-                else "Train on that GPU; for a CPU smoke test pass --accept TARGET_ABSENT "
-                "(LLAMAFACTORY_ROCM_ACCEPT=TARGET_ABSENT for llamafactory-cli), or delete the target line.",
+                fix_as="guessed_from_file_name" if guessed else "named_on_purpose",
             ),
         )
     present = ctx.snapshot.gpu_base_archs

@@ -13,11 +13,6 @@ from typing import Any
 from ..findings import Finding, Level
 from .base import Context, Step, unchanged
 
-_ROCM_WHEEL_FIX = (
-    "Install torch, torchvision and torchaudio from the ROCm wheel index first, then "
-    "`pip install llamafactory-rocm` and `pip install --no-deps llamafactory` (README, ROCm install)."
-)
-
 
 def require_rocm_torch(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     snap = ctx.snapshot
@@ -29,7 +24,6 @@ def require_rocm_torch(config: Mapping[str, Any], env: Mapping[str, str], ctx: C
                 code="TORCH_MISSING",
                 level=Level.ERROR,
                 message="torch is not installed.",
-                fix=_ROCM_WHEEL_FIX,
             ),
         )
     amd_present = bool(snap.kfd_targets)
@@ -44,7 +38,6 @@ def require_rocm_torch(config: Mapping[str, Any], env: Mapping[str, str], ctx: C
                 message=f"This machine has AMD GPUs ({', '.join(snap.kfd_targets)}) but torch "
                 f"{snap.torch.version} is a {snap.torch.kind.upper()} build, so it sees no GPU "
                 "(pip re-resolved torch from a CUDA index).",
-                fix=_ROCM_WHEEL_FIX,
             ),
         )
     if snap.torch.kind == "rocm" and not snap.devices:
@@ -68,15 +61,14 @@ def require_kernels_for_devices(config: Mapping[str, Any], env: Mapping[str, str
     for arch, info in ctx.arch_infos():
         if arch in built:
             continue
+        fix_with = {"arch": arch}
         if info is not None and info.hsa_override and info.hsa_override_target in built:
-            fix = (
-                f"Set HSA_OVERRIDE_GFX_VERSION={info.hsa_override} to run {info.hsa_override_target} "
-                f"kernels (same family, {info.family}), or install a torch built for {arch}."
-            )
+            case = "override"
+            fix_with.update(override=info.hsa_override, override_target=info.hsa_override_target, family=info.family)
+        elif info is not None and not info.in_official_torch_wheels:
+            case = "build_not_in_official_wheels"
         else:
-            fix = f"Install a torch wheel built for {arch} (or build torch with PYTORCH_ROCM_ARCH={arch})."
-            if info is not None and not info.in_official_torch_wheels:
-                fix += f" Official ROCm wheels do not include {arch}."
+            case = "build"
         findings.append(
             Finding(
                 code="ARCH_NOT_IN_TORCH",
@@ -85,7 +77,8 @@ def require_kernels_for_devices(config: Mapping[str, Any], env: Mapping[str, str
                 old=arch,
                 message=f"torch {ctx.snapshot.torch.version} has no kernels for {arch} (built for "
                 f"{', '.join(built) or 'nothing'}): expect hipErrorNoBinaryForGpu.",
-                fix=fix,
+                fix_as=case,
+                fix_with=fix_with,
             )
         )
     return unchanged(config, env, *findings)

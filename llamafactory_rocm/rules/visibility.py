@@ -125,13 +125,7 @@ def visibility_conflict(config: Mapping[str, Any], env: Mapping[str, str], ctx: 
     error = too_long or (not seen and not uuid_note)
     # ROCm recommends ROCR_VISIBLE_DEVICES on Linux: one variable, in physical numbering.
     physical = [gpus.index(g) for g in seen]
-    if seen:
-        fix = f"Keep one variable: export {ROCR}={','.join(map(str, physical))} and unset " + " ".join(
-            n for n in (HIP, CUDA) if n in lists
-        )
-        fix += " (ROCm recommends ROCR_VISIBLE_DEVICES on Linux)."
-    else:
-        fix = f"Keep one variable: export {ROCR}=<the GPUs you mean, in KFD order> and unset {HIP} and {CUDA}."
+    others = " ".join(n for n in (HIP, CUDA) if n in lists)
     return unchanged(
         config,
         env,
@@ -142,6 +136,7 @@ def visibility_conflict(config: Mapping[str, Any], env: Mapping[str, str], ctx: 
             old={name: env[name] for name in lists},
             new=physical or None,
             message=f"{', '.join(lists)} are set together{uuid_note}: " + "; ".join(steps) + f"; {result}.",
-            fix=fix,
+            fix_as="devices_seen" if seen else "no_device_seen",
+            fix_with={"physical_devices": ",".join(map(str, physical)), "other_variables": others} if seen else {},
         ),
     )

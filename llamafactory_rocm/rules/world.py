@@ -47,14 +47,16 @@ def _int(env: Mapping[str, str], name: str) -> int | None:
     return int(value) if value.isdigit() else None
 
 
-def _invalid(name: str, value: str, why: str, fix: str) -> Finding:
+def _invalid(name: str, value: str, why: str, case: str, **fix_with: Any) -> Finding:
+    """WORLD_INVALID for ``name``; ``case`` names the registry's fix, ``fix_with`` fills it."""
     return Finding(
         code="WORLD_INVALID",
         level=Level.ERROR,
         key=name,
         old=value,
         message=f"{name}={value!r}: {why}",
-        fix=fix,
+        fix_as=case,
+        fix_with=fix_with,
     )
 
 
@@ -69,7 +71,8 @@ def read_world(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) 
                     name,
                     raw,
                     "not a whole number of at least 1 (0 for NODE_RANK).",
-                    f"export {name} as a whole number, e.g. {name}=2.",
+                    "not_a_number",
+                    variable=name,
                 )
             )
     if env_enabled(env, "USE_RAY"):
@@ -96,13 +99,10 @@ def read_world(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) 
     node_rank = _int(env, "NODE_RANK")
     if node_rank is not None and node_rank >= nodes:
         why = f"node ranks run from 0 to NNODES-1 = {nodes - 1}, so the rendezvous never completes."
-        fix = f"Give each node a NODE_RANK from 0 to {nodes - 1} (Slurm: SLURM_NODEID)."
-        problems.append(_invalid("NODE_RANK", str(node_rank), why, fix))
+        problems.append(_invalid("NODE_RANK", str(node_rank), why, "node_rank_too_high", last_rank=nodes - 1))
     low, high = _int(env, "MIN_NNODES"), _int(env, "MAX_NNODES")
     if low is not None and high is not None and low > high:
-        problems.append(
-            _invalid("MIN_NNODES", str(low), f"more than MAX_NNODES={high}.", "Set MIN_NNODES <= NNODES <= MAX_NNODES.")
-        )
+        problems.append(_invalid("MIN_NNODES", str(low), f"more than MAX_NNODES={high}.", "min_above_max"))
     source = "NNODES x NPROC_PER_NODE" if "NPROC_PER_NODE" in env else "NNODES x the GPUs visible here"
     elastic_low = low if env.get("RDZV_ID") and low is not None and high is not None and low <= high else None
     return World(nodes=nodes, per_node=per_node, source=source, min_nodes=elastic_low), problems
@@ -268,7 +268,6 @@ def _deepspeed_batch(
     made = dict(zip(_BATCH_KEYS, (per_device, accumulation, per_device * accumulation * world.size), strict=True))
     batch = {key: found for key, found in mismatches.items() if key in made}
     other = {key: found for key, found in mismatches.items() if key not in made}
-    fix = 'Set these keys to "auto" in the DeepSpeed JSON (transformers fills them in), or change the config.'
     stops = "transformers stops with 'DeepSpeed config values that mismatch TrainingArguments' after loading the model."
     findings = []
     if batch:
@@ -281,7 +280,6 @@ def _deepspeed_batch(
                 new={key: made[key] for key in batch},
                 message=f"The DeepSpeed JSON {name} pins batch numbers the run does not make "
                 f"({'; '.join(line for _, line in batch.values())}); the global batch is {arithmetic}. {stops}",
-                fix=fix,
             )
         )
     if other:
@@ -293,7 +291,6 @@ def _deepspeed_batch(
                 old={key: value for key, (value, _) in other.items()},
                 message=f"The DeepSpeed JSON {name} pins values the config sets otherwise "
                 f"({'; '.join(line for _, line in other.values())}). {stops}",
-                fix=fix,
             )
         )
     return findings
@@ -320,9 +317,7 @@ def network(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> 
                     + (f" ({', '.join(have)} is set)" if have else "")
                     + ": RCCL and gloo then pick an interface themselves, often a docker bridge or a management "
                     "port the other nodes cannot reach, and the first collective hangs or crawls.",
-                    fix="export "
-                    + " ".join(f"{name}=<if>" for name in unset)
-                    + " on every node, <if> being the interface on the cluster network (`ip -br addr`).",
+                    fix_with={"assignments": " ".join(f"{name}=<if>" for name in unset)},
                 )
             )
         address = env.get("MASTER_ADDR", "")
@@ -359,7 +354,7 @@ def network(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> 
                     message=f"{world.size} ranks on MI300X; of AMD's multi-GPU settings "
                     + "; ".join(part for part in said if not part.endswith(": "))
                     + ". Without them RCCL runs fewer channels at normal priority.",
-                    fix="export " + " ".join(f"{k}={v}" for k, v in wanted.items()) + " on every node.",
+                    fix_with={"settings": " ".join(f"{k}={v}" for k, v in wanted.items())},
                 )
             )
     return unchanged(config, env, *findings)
@@ -377,38 +372,40 @@ def ray_visible_devices(config: Mapping[str, Any], env: Mapping[str, str], ctx: 
     amd_names = ("RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES", "RAY_EXPERIMENTAL_NOSET_ROCR_VISIBLE_DEVICES")
     amd_noset = [name for name in amd_names if env.get(name)]
     cuda_noset = bool(env.get("RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"))
-    problem = fix = None
+    problem = case = None
+    fix_with: dict[str, str] = {}
     if amd_noset and not cuda_noset:
         problem = (
             f"{' and '.join(amd_noset)} stop Ray from giving each worker its own GPU, and LLaMA-Factory's Ray "
             "worker does not read them: it sets LOCAL_RANK=0, so every worker of a node trains on GPU 0."
         )
-        fix = (
-            f"unset {' '.join(amd_noset)} (Ray then sets HIP_VISIBLE_DEVICES per worker), or also export "
-            "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES=1 so the worker takes its GPU index from Ray."
-        )
+        case, fix_with = "amd_noset_only", {"amd_noset_variables": " ".join(amd_noset)}
     elif cuda_noset and not amd_noset:
         problem = (
             "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES makes LLaMA-Factory's worker use Ray's GPU index as "
             "LOCAL_RANK, but on AMD Ray still narrows HIP_VISIBLE_DEVICES to that one GPU, so every worker "
             "but the first asks for a device it cannot see ('invalid device ordinal')."
         )
-        fix = (
-            "export RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES=1 as well (older Ray on AMD: "
-            "RAY_EXPERIMENTAL_NOSET_ROCR_VISIBLE_DEVICES=1), or unset RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES."
-        )
+        case = "cuda_noset_only"
     elif env.get("ROCR_VISIBLE_DEVICES") and not env.get("HIP_VISIBLE_DEVICES"):
         problem = (
             "ROCR_VISIBLE_DEVICES is set without HIP_VISIBLE_DEVICES: Ray on AMD refuses to start GPU "
             "workers ('Please use HIP_VISIBLE_DEVICES instead of ROCR_VISIBLE_DEVICES')."
         )
-        fix = f"export HIP_VISIBLE_DEVICES={env['ROCR_VISIBLE_DEVICES']} and unset ROCR_VISIBLE_DEVICES."
-    if problem is None or fix is None:
+        case, fix_with = "rocr_without_hip", {"devices": env["ROCR_VISIBLE_DEVICES"]}
+    if problem is None or case is None:
         return unchanged(config, env)
     return unchanged(
         config,
         env,
-        Finding(code="RAY_ROCM_VISIBLE_DEVICES", level=Level.ERROR, key="USE_RAY", message=problem, fix=fix),
+        Finding(
+            code="RAY_ROCM_VISIBLE_DEVICES",
+            level=Level.ERROR,
+            key="USE_RAY",
+            message=problem,
+            fix_as=case,
+            fix_with=fix_with,
+        ),
     )
 
 
