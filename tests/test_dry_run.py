@@ -18,7 +18,8 @@ from conftest import offline_env, tiny_train_config
 
 import llamafactory_rocm.models as models_package
 from llamafactory_rocm.findings import Level
-from llamafactory_rocm.lf.dry_run import checkpoint_loadable, dry_launch
+from llamafactory_rocm.lf.dry_resume import checkpoint_loadable
+from llamafactory_rocm.lf.dry_run import dry_launch
 from llamafactory_rocm.lf.stages import NoWorkflow, UnknownStage, adds_valuehead, data_stage, trainer_requirements
 from llamafactory_rocm.lf.text_only import text_only_llamafactory
 
@@ -428,9 +429,9 @@ def test_checkpoint_file_names_are_transformers_own():
     import transformers.utils as hf_utils
     from transformers.integrations import deepspeed
 
-    from llamafactory_rocm.lf import dry_run
+    from llamafactory_rocm.lf import dry_resume
 
-    assert (dry_run.TRAINER_STATE_NAME, dry_run.FSDP_MODEL_NAME) == (
+    assert (dry_resume.TRAINER_STATE_NAME, dry_resume.FSDP_MODEL_NAME) == (
         trainer.TRAINER_STATE_NAME,
         trainer.FSDP_MODEL_NAME,
     )

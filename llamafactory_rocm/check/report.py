@@ -19,7 +19,7 @@ class Report:
     config_path: str | None = None
     origin: str = "check_config"
     depth: str = "full"
-    # the dry run's count of the rows LLaMA-Factory trains on (lf/dry_run.py)
+    # the dry run's count of the rows LLaMA-Factory trains on (lf/dry_data.py)
     train_rows: int | None = None
     accepted: frozenset[str] = frozenset()
     # the memory estimate as numbers (GiB): weights, trainable, activations, logits, peak, device

@@ -137,7 +137,7 @@ def meta_load_model(load_model: Callable[..., Any]) -> Callable[..., Any]:
     ``load_class.from_pretrained(**init_kwargs)``, the one call that reads weights. Under torch's meta
     default device every tensor a constructor makes is a meta tensor (nothing is allocated); the rest of
     load_model (patch_config, patch_model, init_adapter, the value head) runs as in the real run. Used by
-    the training dry run (lf/dry_run.py) and by the after-training commands here."""
+    the training dry run (lf/dry_model.py) and by the after-training commands here."""
     import torch
 
     def load(tokenizer: Any, model_args: Any, finetuning_args: Any, *args: Any, **kwargs: Any) -> Any:

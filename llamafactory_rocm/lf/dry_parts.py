@@ -1,6 +1,6 @@
 """The parts of a dry launch that training's (lf/dry_run.py) and the after-training commands' (lf/dry_load.py)
 share: the result, the Hub kept offline, an exception's words, the meta device's limits, and whether the model
-is reachable without a download."""
+is reachable without a download; and what the training launch's steps hand on to each other (``Launch``)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import inspect
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..findings import Finding, Level
@@ -61,6 +62,29 @@ class DryRun:
 
     def add(self, *, code: str, level: Level, message: str, key: str | None = None, **fix: Any) -> None:
         self.findings.append(Finding(code=code, level=level, message=message, key=key, **fix))
+
+
+@dataclass
+class Launch:
+    """What the training launch's dry steps share (lf/dry_run.py runs them in order): LLaMA-Factory's parsed
+    arguments, the result, and what each step hands on to the next."""
+
+    run: DryRun
+    tmp: Path  # a temporary folder for the data step's caches and any tokenized_path it would save
+    rows_cap: int
+    model_args: Any
+    data_args: Any
+    training_args: Any
+    finetuning_args: Any
+    deepspeed_elsewhere: bool = False  # see lf/dry_run.py dry_launch
+    tokenizer_module: dict[str, Any] | None = None  # load_tokenizer's (lf/dry_model.py)
+    template: Any = None  # get_template_and_fix_tokenizer's (lf/dry_model.py)
+    model: Any = None  # load_model's, on the meta device (lf/dry_model.py)
+    train_rows: int | None = None  # the rows LLaMA-Factory trains on (lf/dry_data.py)
+    user_max_samples: int | None = None  # the config's max_samples, before the dry run caps it (lf/dry_data.py)
+    tokenized_max_id: int | None = None  # the largest id in a saved tokenized_path (lf/dry_data.py)
+    tokenized_vocab: int = 0  # the tokenizer's length, when a tokenized_path is loaded (lf/dry_data.py)
+    step: str = "workflow"  # the launch step running now, for a type error's message
 
 
 @contextlib.contextmanager

@@ -56,7 +56,7 @@ class Context:
     # integrated devices (an iGPU beside a discrete card) that Snapshot.training_view() set aside: the
     # snapshot above is then the view, and rules/visibility.py says how to hide them (docs/rocm-facts.md#n10)
     integrated_devices: tuple[Device, ...] = ()
-    # the parameters of the model LLaMA-Factory built in the dry run (lf/dry_run.py DryRun.built, a
+    # the parameters of the model LLaMA-Factory built in the dry run (lf/dry_model.py, DryRun.built, a
     # memory.ModelMemory): the memory estimate counts them; None before the dry run or where it built none
     built_model: ModelMemory | None = None
 

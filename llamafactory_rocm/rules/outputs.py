@@ -4,7 +4,7 @@ What the user set is done, not refused: ``overwrite_output_dir: true`` is a warn
 ``save_total_limit`` on a run that resumes rotates that run's own checkpoints (said as info), and is
 refused only where it would delete the checkpoints of another experiment (another base model or adapter
 shape) lying in the same folder. Which checkpoint a run resumes from is LLaMA-Factory's choice, read by
-the dry run (lf/dry_run.py, ``CHECKPOINT_NOT_LOADABLE``, ``CHECKPOINT_MISMATCH``), not restated here.
+the dry run (lf/dry_resume.py, ``CHECKPOINT_NOT_LOADABLE``, ``CHECKPOINT_MISMATCH``), not restated here.
 """
 
 from __future__ import annotations

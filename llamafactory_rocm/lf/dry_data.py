@@ -1,0 +1,260 @@
+"""The training dry run's data step (lf/dry_run.py): LLaMA-Factory's ``get_dataset`` with the data stage the
+workflow passes, or the saved ``tokenized_path`` it loads instead, and the rows it trains on.
+
+The data pipeline reads at most ``rows_cap`` rows per dataset (LLaMA-Factory's own ``max_samples``), with its
+caches, and any ``tokenized_path`` it would save, in a temporary folder. The split (``val_size``) and the mix
+(``interleave_probs``) are computed on the full row counts by LLaMA-Factory's own
+``merge_dataset``/``split_dataset`` (datasets' ``interleave_datasets``/``train_test_split``) over index-only
+datasets of those sizes (docs/llamafactory-launch.md#d4). A dataset that is not a local file is not read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from .dry_parts import Launch, _words
+
+
+def load_data(launch: Launch) -> None:
+    from llamafactory.data import get_dataset
+    from llamafactory.extras.misc import has_tokenized_data
+
+    data_args, model_args = launch.data_args, launch.model_args
+    user_tokenized = data_args.tokenized_path
+    if user_tokenized is not None and has_tokenized_data(user_tokenized):
+        _tokenized_data(launch, user_tokenized)
+        return
+    remote = _remote_datasets(launch)
+    if remote:
+        launch.run.skip("the data pipeline", f"{', '.join(remote)} is not a local file; the dry run reads none")
+        return
+    split = _SplitSpy(launch, data_args.streaming)
+    saved = {
+        "max_samples": data_args.max_samples,
+        "tokenized_path": data_args.tokenized_path,
+        "overwrite_cache": data_args.overwrite_cache,
+        "preprocessing_num_workers": data_args.preprocessing_num_workers,
+        "val_size": data_args.val_size,  # the full-size split may set the capped run's share
+        "cache_dir": model_args.cache_dir,
+    }
+    launch.user_max_samples = data_args.max_samples
+    if not data_args.streaming:  # LLaMA-Factory refuses max_samples with streaming (data_args.py)
+        data_args.max_samples = _RecordingCap(min(data_args.max_samples or launch.rows_cap, launch.rows_cap), split)
+    if data_args.tokenized_path is not None:  # LLaMA-Factory would save there: save into tmp instead
+        data_args.tokenized_path = str(launch.tmp / "tokenized")
+    data_args.overwrite_cache = True
+    data_args.preprocessing_num_workers = None  # a pool of workers costs more than a few hundred rows
+    model_args.cache_dir = str(launch.tmp / "datasets-cache")
+    try:
+        with split.installed():
+            module = get_dataset(
+                launch.template,
+                model_args,
+                data_args,
+                launch.training_args,
+                stage=launch.run.data_stage,
+                **launch.tokenizer_module,
+            )
+    except Exception as exc:
+        if split.error is None:  # the full-size split refused already, with datasets' words
+            launch.run.error(
+                code="DATA_PIPELINE_REFUSED",
+                message=f"LLaMA-Factory's data pipeline (get_dataset, stage={launch.run.data_stage!r} for "
+                f"stage {launch.run.stage!r}) refused: {_words(exc)}",
+                fix_as="pipeline",
+                key="interleave_probs" if "probabilit" in _words(exc) else "dataset",
+            )
+        return
+    finally:
+        for name, value in saved.items():
+            setattr(model_args if name == "cache_dir" else data_args, name, value)
+    _count_rows(launch, module, split)
+
+
+def _remote_datasets(launch: Launch) -> list[str]:
+    from llamafactory.data.parser import get_dataset_list
+
+    names = [*(launch.data_args.dataset or []), *(launch.data_args.eval_dataset or [])]
+    try:
+        attrs = get_dataset_list(names, launch.data_args.dataset_dir)
+    except Exception:
+        return []  # get_dataset raises it again, in LLaMA-Factory's words
+    return [str(attr) for attr in attrs if attr.load_from != "file"]
+
+
+def _count_rows(launch: Launch, module: Mapping[str, Any], split: _SplitSpy) -> None:
+    if launch.data_args.streaming:
+        launch.run.skip("row counts", "streaming: rows are counted while training")
+        return
+    train = module.get("train_dataset")
+    evals = module.get("eval_dataset")
+    rows = {"train": len(train) if train is not None else 0}
+    if isinstance(evals, dict):
+        rows["eval"] = sum(len(d) for d in evals.values())
+    else:
+        rows["eval"] = len(evals) if evals is not None else 0
+    if split.capped and split.full and split.dry:
+        # Rows kept by the processors, scaled from the capped rows to the full split.
+        rows = {
+            part: round(n * split.full[part] / split.dry[part]) if split.dry.get(part) else 0
+            for part, n in rows.items()
+        }
+        launch.run.rows_estimated = True
+    launch.run.rows = rows
+    launch.train_rows = rows["train"]
+
+
+def _tokenized_data(launch: Launch, path: str) -> None:
+    """LLaMA-Factory loads a saved ``tokenized_path`` instead of the data: its ids must fit the model."""
+    from datasets import load_from_disk
+
+    tokenizer = launch.tokenizer_module["tokenizer"]
+    try:
+        saved = load_from_disk(path)
+    except Exception as exc:
+        launch.run.error(
+            code="DATA_PIPELINE_REFUSED",
+            message=f"LLaMA-Factory would load tokenized_path {path}, and datasets' "
+            f"load_from_disk refused: {_words(exc)}",
+            fix_as="tokenized",
+            key="tokenized_path",
+        )
+        return
+    launch.tokenized_max_id = _max_token_id(saved)
+    launch.tokenized_vocab = len(tokenizer)
+    if hasattr(saved, "items"):  # a DatasetDict, as get_dataset saves it
+        launch.run.rows = {"train": len(saved["train"]) if "train" in saved else 0}
+        launch.run.rows["eval"] = sum(len(d) for name, d in saved.items() if name.startswith("validation"))
+    else:
+        launch.run.rows = {"train": len(saved), "eval": 0}
+    launch.train_rows = launch.run.rows["train"]
+    launch.run.skip("the dataset's rows", f"LLaMA-Factory loads the tokenized data in {path} instead of the dataset")
+
+
+class _RecordingCap(int):
+    """LLaMA-Factory's ``max_samples`` for the dry run, noting each dataset's full row count.
+
+    loader.py ``_load_single_dataset``: ``max_samples = min(data_args.max_samples, len(dataset))``
+    (pinned by a test). ``min`` compares ``len(dataset) < max_samples``; for an ``int`` subclass on the
+    right, Python calls its reflected ``__gt__`` first, which is where the full count is seen.
+    """
+
+    def __new__(cls, value: int, spy: _SplitSpy) -> _RecordingCap:
+        cap = super().__new__(cls, value)
+        cap.spy = spy
+        return cap
+
+    def __gt__(self, other: object) -> bool:
+        if isinstance(other, int) and not isinstance(other, _RecordingCap):
+            self.spy.seen.append(other)
+        return int(self) > other
+
+
+class _SplitSpy:
+    """Stands in for loader.py's ``split_dataset``: the full-size split first, then the capped one."""
+
+    def __init__(self, launch: Launch, streaming: bool) -> None:
+        self.launch = launch
+        self.streaming = streaming
+        self.seen: list[int] = []  # full row counts, one per dataset loaded, in LLaMA-Factory's order
+        self.capped = False
+        self.full: dict[str, int] = {}
+        self.dry: dict[str, int] = {}
+        self.error: str | None = None
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        import llamafactory.data.loader as loader
+
+        original = loader.split_dataset
+
+        def split_dataset(dataset, eval_dataset, data_args, seed):
+            if not self.streaming:
+                self.full_split(original, dataset, eval_dataset, data_args, seed)
+            try:
+                train, evals = original(dataset, eval_dataset, data_args, seed)
+            except Exception as exc:
+                if self.error is None:
+                    self.refused(exc, _length(dataset) + _length(eval_dataset))
+                raise
+            self.dry = {"train": _length(train.get("train")), "eval": sum(_length(d) for d in evals.values())}
+            return train, evals
+
+        loader.split_dataset = split_dataset
+        try:
+            yield
+        finally:
+            loader.split_dataset = original
+
+    def refused(self, exc: Exception, rows: int) -> None:
+        self.error = _words(exc)
+        self.launch.run.error(
+            code="DATA_SPLIT_REFUSED",
+            message=f"On the full data ({rows} rows), LLaMA-Factory's split_dataset (datasets' train_test_split) "
+            f"refused: {self.error}",
+            key="val_size",
+        )
+
+    def full_split(self, original, dataset, eval_dataset, data_args, seed) -> None:
+        """LLaMA-Factory's merge and split on index-only datasets of the full sizes (datasets' own calls)."""
+        from llamafactory.data.data_utils import merge_dataset
+
+        from datasets import Dataset
+
+        launch = self.launch
+        cap = int(data_args.max_samples)
+        n_train = len(data_args.dataset or [])
+        if len(self.seen) != n_train + len(data_args.eval_dataset or []):
+            launch.run.skip("the split on the full rows", "LLaMA-Factory's max_samples line changed (loader.py)")
+            return
+        user = launch.user_max_samples
+        counts = [min(n, user) if user is not None else n for n in self.seen]
+        self.capped = any(n > cap for n in counts)
+        if not self.capped:
+            return  # the real split below is the full split
+        index = [Dataset.from_dict({"i": range(n)}) for n in counts]
+        train_parts, eval_parts = index[:n_train], index[n_train:]
+        try:
+            merged = merge_dataset(train_parts, data_args, seed=seed) if train_parts else None
+            merged_eval = None
+            if eval_parts:
+                if data_args.eval_on_each_dataset:
+                    merged_eval = dict(zip(data_args.eval_dataset, eval_parts, strict=True))
+                else:
+                    merged_eval = merge_dataset(eval_parts, data_args, seed=seed)
+            train, evals = original(merged, merged_eval, data_args, seed)
+        except Exception as exc:
+            self.refused(exc, sum(counts))
+            raise
+        self.full = {"train": _length(train.get("train")), "eval": sum(_length(d) for d in evals.values())}
+        if data_args.val_size > 1e-6 and self.full["train"]:
+            # Keep the capped split's share: an integer val_size larger than the capped rows would be a
+            # refusal of the dry run's own making.
+            data_args.val_size = self.full["eval"] / (self.full["train"] + self.full["eval"])
+
+
+def _length(dataset: Any) -> int:
+    if dataset is None:
+        return 0
+    try:
+        return len(dataset)
+    except TypeError:  # an IterableDataset
+        return 0
+
+
+def _max_token_id(saved: Any) -> int:
+    """The largest id in any ``*input_ids`` column of a saved (tokenized) dataset."""
+    import pyarrow.compute as pc
+
+    parts = saved.values() if hasattr(saved, "values") else [saved]
+    best = -1
+    for part in parts:
+        table = part.with_format("arrow")[:]
+        for name in table.column_names:
+            if name.endswith("input_ids"):
+                column = pc.list_flatten(table[name])
+                if len(column):
+                    best = max(best, pc.max(column).as_py())
+    return best

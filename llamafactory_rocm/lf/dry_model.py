@@ -1,0 +1,123 @@
+"""The training dry run's tokenizer and model steps (lf/dry_run.py): LLaMA-Factory's ``load_tokenizer``,
+``get_template_and_fix_tokenizer`` and ``load_model``, and the workflow's extra models.
+
+The model is LLaMA-Factory's ``load_model`` itself, with its weight-loading call swapped for ``from_config``
+(its own ``train_from_scratch`` branch) under torch's meta default device (lf/dry_load.py
+``meta_load_model``): the config is patched, the model patched, and ``init_adapter`` run on meta tensors, so
+module-name errors are LLaMA-Factory's or peft's own words (docs/llamafactory-launch.md#d5). Not run:
+quantization (the meta model is not quantized). The reference and reward models of dpo/kto/ppo are built as
+their workflows build them (lf/dry_load.py ``workflow_models``). A saved ``tokenized_path``'s ids are checked
+against the built model's embedding.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..memory import count_model
+from .dry_parts import Launch, _meta_limitation, _words
+from .stages import adds_valuehead
+
+
+def tokenizer_and_template(launch: Launch) -> None:
+    from llamafactory.data import get_template_and_fix_tokenizer
+    from llamafactory.model import load_tokenizer
+
+    try:
+        launch.tokenizer_module = load_tokenizer(launch.model_args)
+    except Exception as exc:
+        launch.run.error(
+            code="TOKENIZER_REFUSED",
+            message=f"LLaMA-Factory's load_tokenizer failed: {_words(exc)}",
+            key="model_name_or_path",
+        )
+        return
+    try:
+        launch.template = get_template_and_fix_tokenizer(launch.tokenizer_module["tokenizer"], launch.data_args)
+    except Exception as exc:
+        key = "train_on_prompt" if "train_on_prompt" in str(exc) else "template"
+        launch.run.error(
+            code="TEMPLATE_REFUSED",
+            message=f"LLaMA-Factory's get_template_and_fix_tokenizer refused: {_words(exc)}",
+            key=key,
+        )
+
+
+def build_model(launch: Launch) -> None:
+    from llamafactory.model import load_model
+
+    if launch.tokenizer_module is None:
+        return
+    from .dry_load import meta_load_model
+
+    is_trainable = launch.training_args.do_train
+    add_valuehead = adds_valuehead(launch.run.stage)  # run_rm / run_ppo: load_model(..., add_valuehead=True)
+    # lf/dry_load.py meta_load_model: load_model with its from_config branch under torch's meta default
+    # device (nn.Parameter(torch.zeros(...)) in MoE experts included: nothing is allocated); the rest of
+    # load_model (patch_config, patch_model, init_adapter, the value head) runs as in the real run.
+    try:
+        launch.model = meta_load_model(load_model)(
+            launch.tokenizer_module["tokenizer"],
+            launch.model_args,
+            launch.finetuning_args,
+            is_trainable,
+            add_valuehead,
+        )
+    except Exception as exc:
+        text = _words(exc)
+        if _meta_limitation(exc):  # a step that needs real weights (e.g. PiSSA's SVD): not a verdict
+            launch.run.skip("the model's adapter set-up", f"it needs real weights: {text}")
+            return
+        launch.run.error(
+            code="MODEL_MODULES_REFUSED",
+            message=f"LLaMA-Factory's load_model/init_adapter refused (model built on the meta device): {text}",
+            fix_as=_module_case(launch.finetuning_args.finetuning_type),
+            key=_module_key(launch.finetuning_args.finetuning_type, text),
+        )
+    if launch.model is not None:
+        launch.run.built = count_model(launch.model)
+    if launch.model is not None and launch.tokenized_max_id is not None:
+        _check_tokenized_ids(launch)
+
+
+def build_workflow_models(launch: Launch) -> None:
+    from .dry_load import workflow_models
+
+    args = (launch.run.stage, launch.model_args, launch.finetuning_args, launch.training_args.do_train, launch.model)
+    workflow_models(launch.run, *args)
+
+
+def _check_tokenized_ids(launch: Launch) -> None:
+    embeddings = _input_embeddings(launch.model)
+    vocab = embeddings.num_embeddings if embeddings is not None else launch.tokenized_vocab
+    if launch.tokenized_max_id >= vocab:
+        # torch.nn.functional.embedding: an index >= num_embeddings raises "IndexError: index out of
+        # range in self" on CPU and a device-side assert on a GPU, at the first forward (step 1).
+        launch.run.error(
+            code="TOKENIZED_DATA_MISMATCH",
+            message=f"tokenized_path {launch.data_args.tokenized_path} holds token id "
+            f"{launch.tokenized_max_id}, but the "
+            f"model's embedding has {vocab} rows (ids 0-{vocab - 1}): a tokenized dataset from another "
+            "tokenizer. The first forward fails in the embedding (index out of range).",
+            key="tokenized_path",
+        )
+
+
+def _input_embeddings(model: Any) -> Any:
+    try:
+        return model.get_input_embeddings()
+    except Exception:
+        return None
+
+
+def _module_key(finetuning_type: str, text: str) -> str:
+    if finetuning_type == "freeze":
+        return "freeze_extra_modules" if "extra" in text.lower() else "freeze_trainable_modules"
+    if finetuning_type == "lora":
+        return "additional_target" if "additional" in text.lower() else "lora_target"
+    return "finetuning_type"
+
+
+def _module_case(finetuning_type: str) -> str:
+    """MODEL_MODULES_REFUSED's fix for this finetuning_type (its registry entry has one a case)."""
+    return finetuning_type if finetuning_type in ("freeze", "lora") else "other"
