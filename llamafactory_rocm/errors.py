@@ -16,3 +16,8 @@ class UsageError(Exception):
     """Bad input. ``str(err)`` is the whole message: what is wrong and how to fix it."""
 
     exit_code = EXIT_USAGE
+
+
+class CheckRefused(RuntimeError):
+    """The check refused the config in a thread where exiting would not stop the run (a web UI's handler):
+    train/after.py raises it, train/board.py shows its lines in the tab's box."""

@@ -460,7 +460,7 @@ class ModelMemory:
     frozen_linear_bytes: int = 0
     by_dtype: tuple[tuple[str, int], ...] = ()  # (dtype, bytes), largest first
     # optimizer state bytes per trainable element, measured on the optimizer class the trainer builds
-    # (lf/dry_run.py trainer_setup); None where it could not be built here
+    # (lf/dry_trainer.py trainer_setup); None where it could not be built here
     optimizer_bytes_per_parameter: float | None = None
     optimizer: str | None = None
 

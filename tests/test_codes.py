@@ -138,7 +138,8 @@ def test_each_entry_is_complete_and_its_sources_resolve(code: str) -> None:
     entry = load_codes().codes[code]
     assert re.fullmatch(r"[A-Z][A-Z0-9]*(_[A-Z0-9]+)+", code)
     assert entry.level.split(" ")[0] in {level.value for level in Level}
-    for text in (entry.summary, entry.what, entry.why, entry.fix, entry.example):
+    fixes = list(entry.fix.values()) if isinstance(entry.fix, dict) else [entry.fix]
+    for text in (entry.summary, entry.what, entry.why, *fixes, entry.example):
         assert text.strip() and "\n" not in entry.summary
     for source in entry.source:
         page, _, anchor = source.partition("#")

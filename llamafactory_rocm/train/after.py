@@ -34,15 +34,11 @@ from pathlib import Path
 from typing import Any
 
 from ..console import say
-from ..errors import EXIT_FINDINGS, EXIT_INTERNAL, EXIT_USAGE, UsageError
+from ..errors import EXIT_FINDINGS, EXIT_INTERNAL, EXIT_USAGE, CheckRefused, UsageError
 from ..lf.commands import caller_commands, record_folder
 
 # Our own files in an export folder: not part of the merged model's size.
 _RECORD_PREFIX = "rocm_"
-
-
-class CheckRefused(RuntimeError):
-    """The check refused the config in a thread where exiting would not stop the run (a web UI)."""
 
 
 def _stop(lines: list[str], code: int) -> None:

@@ -100,7 +100,7 @@ def page_handler(
 ) -> Callable[..., Generator[str, None, None]]:
     """A tab's generator handler (its yields fill the tab's box) with the hook's lines below each message,
     and a refusal's lines in the box instead of an exception."""
-    from .after import CheckRefused
+    from ..errors import CheckRefused
 
     @functools.wraps(original)
     def handler(*args: Any, **kwargs: Any) -> Generator[Any, None, None]:
