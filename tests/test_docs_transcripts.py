@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from llamafactory_rocm.cli.main import main
+from llamafactory_rocm.machine.probe import RELEVANT_ENV_VARS
+from llamafactory_rocm.machine.snapshot import WORLD_ENV_VARS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -29,6 +31,16 @@ TRANSCRIPTS = [
         "`doctor` on the recorded RX 7900 XTX",
         ["doctor", "--snapshot", "tests/snapshots/rx7900xtx.json"],
     ),
+    (
+        "docs/index.md",
+        "`check` on a laptop for a rented MI300X",
+        ["check", "presets/mi300x_llama3_lora.yaml", "--gpu", "mi300x"],
+    ),
+    (
+        "docs/index.md",
+        "`presets list` (the same test compares it)",
+        ["presets", "list"],
+    ),
 ]
 
 
@@ -38,9 +50,28 @@ def quoted_block(doc: str, marker: str) -> str:
     return text[start : text.index("```", start)].rstrip("\n")
 
 
-@pytest.mark.parametrize(("doc", "marker", "args"), TRANSCRIPTS, ids=[t[0] for t in TRANSCRIPTS])
-def test_the_quoted_output_is_what_the_command_prints(doc, marker, args, monkeypatch):
+def documented_machine(monkeypatch, tmp_path: Path) -> None:
+    """What a planned check reads of this machine besides the plan, set as on the machine the docs describe:
+    none of the variables the rules read (a PYTORCH_ROCM_ARCH or HIP_VISIBLE_DEVICES here would change the
+    findings) and an empty Hugging Face cache (the quoted dry run says the model is not in it; transformers
+    reads ``constants.HF_HUB_CACHE`` at each call, set once at import, so the constant is patched too)."""
+    import huggingface_hub.constants
+
+    for name in (*RELEVANT_ENV_VARS, *WORLD_ENV_VARS):
+        monkeypatch.delenv(name, raising=False)
+    cache = tmp_path / "hf-cache"
+    cache.mkdir()
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+@pytest.mark.parametrize(
+    ("doc", "marker", "args"), TRANSCRIPTS, ids=[f"{t[0]}:{' '.join(t[2][:2])}" for t in TRANSCRIPTS]
+)
+def test_the_quoted_output_is_what_the_command_prints(doc, marker, args, monkeypatch, tmp_path):
     monkeypatch.chdir(ROOT)
+    documented_machine(monkeypatch, tmp_path)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         main(args)
