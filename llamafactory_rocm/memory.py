@@ -264,6 +264,9 @@ class TrainingShape:
     freeze_layers: int = 2
     zero_stage: int = 0  # DeepSpeed ZeRO stage (FSDP full shard counts as 3)
     world_size: int = 1
+    stage: str = "sft"  # dpo and rm train on chosen + rejected; dpo and kto compute the logits themselves
+    pref_loss: str = "sigmoid"  # dpo: orpo and simpo use no reference
+    double_quantization: bool = True  # bitsandbytes' compress_statistics (LLaMA-Factory's default)
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], world_size: int = 1, weight_bytes: int = 2) -> TrainingShape:
@@ -290,7 +293,25 @@ class TrainingShape:
             freeze_layers=abs(int(get("freeze_trainable_layers"))),
             zero_stage=zero_stage_of(config),
             world_size=max(1, world_size),
+            stage=str(get("stage")),
+            pref_loss=str(get("pref_loss")),
+            double_quantization=bool(get("double_quantization")),
         )
+
+    @property
+    def pairwise(self) -> bool:
+        """rm and dpo batches hold each example's chosen and rejected sequences: LLaMA-Factory's
+        PairwiseDataCollatorWithPadding (data/collator.py, used by train/rm/workflow.py and
+        train/dpo/workflow.py) concatenates both, so a step runs 2 x per_device_train_batch_size sequences."""
+        return self.stage in ("rm", "dpo")
+
+    @property
+    def reference_forward(self) -> bool:
+        """A no-grad forward beside the policy's: dpo's reference (the policy with its adapter disabled under
+        LoRA, else the ref model) where ``use_ref_model`` (hparams/finetuning_args.py __post_init__:
+        ``self.use_ref_model = self.stage == "dpo" and self.pref_loss not in ["orpo", "simpo"]``); kto always
+        (its KL batch, then the reference). tests/test_memory_workflow.py pins the rule on the installed line."""
+        return self.stage == "kto" or (self.stage == "dpo" and self.pref_loss not in ("orpo", "simpo"))
 
 
 def zero_stage_of(config: Mapping[str, Any]) -> int:
@@ -324,22 +345,48 @@ class Estimate:
 
 
 def _built_weights_and_state(built: ModelMemory, train: TrainingShape) -> tuple[float, int, float]:
-    """(weight bytes, trainable parameters, gradient + optimizer bytes) of the built model."""
-    weights = float(built.weight_bytes)
-    if train.quantization_bit:  # bitsandbytes stores the frozen nn.Linear weights in k bits (+~3% constants)
-        quantized = built.frozen_linear_parameters * train.quantization_bit / 8 * 1.03
-        weights += quantized - built.frozen_linear_bytes
+    """(weight bytes, trainable parameters, gradient + optimizer bytes) of the built model, with the weights
+    of the models the workflow builds beside it (``built.others``: all frozen, each at its own bits)."""
+    weights = stored_weight_bytes(built, train.quantization_bit, train.double_quantization)
+    weights += sum(stored_weight_bytes(o.memory, o.quantization_bit, train.double_quantization) for o in built.others)
     per = built.optimizer_bytes_per_parameter
     optimizer = built.trainable_parameters * (train.optimizer_bytes if per is None else per)
     return weights, built.trainable_parameters, built.gradient_bytes + optimizer
+
+
+def bnb_linear_bytes(parameters: int, rows: int, bits: int, double_quant: bool = True) -> float:
+    """Bytes bitsandbytes stores for ``parameters`` weights of nn.Linear modules with ``rows`` output rows in
+    all, quantized on the fly (LLaMA-Factory's ``BitsAndBytesConfig``, model/model_utils/quantization.py).
+    4-bit (``Linear4bit``/``Params4bit``, blocksize 64): ``functional.quantize_4bit`` packs two values a byte
+    (``(n + 1) // 2``) and keeps one fp32 absmax per block of 64; with ``compress_statistics`` (double
+    quantization, LLaMA-Factory's ``double_quantization: true`` default) those are stored as uint8 by
+    ``quantize_blockwise(absmax, blocksize=256)``, with one fp32 absmax per 256 of them. 8-bit
+    (``Linear8bitLt``/``Int8Params``, LLM.int8): int8 weights and one fp32 scale per output row (``SCB``)."""
+    if bits == 4:
+        per_block = 1 + 4 / 256 if double_quant else 4
+        return parameters * (0.5 + per_block / 64)
+    return parameters * bits / 8 + 4 * rows
+
+
+def stored_weight_bytes(memory: ModelMemory, bits: int | None, double_quant: bool = True) -> float:
+    """The bytes ``memory``'s parameters take on the device: as counted (the meta model is never quantized:
+    loader.py's ``from_config`` takes no quantization_config), with the frozen nn.Linear weights that
+    bitsandbytes replaces at ``bits`` where given. Everything else stays in its dtype: norms, embeddings, the
+    output embedding, routers, and MoE experts transformers stores as fused 3-D parameters (Llama 4, Qwen3-MoE,
+    Mixtral in transformers 5), which ``replace_with_bnb_linear`` does not touch."""
+    if not bits:
+        return float(memory.weight_bytes)
+    quantized = bnb_linear_bytes(memory.frozen_linear_parameters, memory.frozen_linear_rows, bits, double_quant)
+    return memory.weight_bytes - memory.frozen_linear_bytes + quantized
 
 
 def _formula_weights_and_state(shape: ModelShape, parameters: int, train: TrainingShape) -> tuple[float, int, float]:
     """(weight bytes, trainable parameters, trainable state bytes) from a dense Llama's shapes."""
     linear_total = shape.layers * shape.layer_linear_params()
     other = parameters - linear_total
-    if train.quantization_bit:  # QLoRA: decoder linears quantised (+~3% for block constants)
-        weights = linear_total * train.quantization_bit / 8 * 1.03 + other * 2
+    if train.quantization_bit:  # QLoRA: decoder linears quantised (bitsandbytes' storage), the rest bf16
+        rows = shape.layers * sum(out for _, out in shape.linear_shapes().values())
+        weights = bnb_linear_bytes(linear_total, rows, train.quantization_bit, train.double_quantization) + other * 2
     else:
         weights = parameters * train.weight_bytes
     if train.method == "lora":
@@ -391,7 +438,7 @@ def activation_and_logit_bytes(shape: ModelShape, train: TrainingShape) -> tuple
     only each layer's bf16 input, and one layer's full set (and its MLP's gradients) exists only while that
     layer is recomputed, after the logits are freed: the activations are then the checkpoints plus what that
     layer needs beyond the logits' bytes."""
-    tokens = train.batch * train.cutoff_len
+    tokens = train.batch * train.cutoff_len * (2 if train.pairwise else 1)
     rank = train.lora_rank if train.method == "lora" else 0
     moe = min(shape.moe_layers, shape.layers)
     kinds = ([shape.layer_activation_bytes(True, rank)] if moe else []) + (
@@ -401,7 +448,7 @@ def activation_and_logit_bytes(shape: ModelShape, train: TrainingShape) -> tuple
         shape.layer_activation_bytes(is_moe, rank) + shape.layer_backward_bytes(is_moe)
         for is_moe in ([True] if moe else []) + ([False] if moe < shape.layers else [])
     )
-    logits = shape.vocab * (4 / LOSS_CHUNKS if train.fused_loss else LOGIT_BYTES)
+    logits = shape.vocab * logit_bytes(train)
     final_norm = 4 * shape.hidden  # the final RMSNorm's fp32 input
     if train.gradient_checkpointing:  # each layer's bf16 input kept; one layer recomputed at a time
         per_token = shape.layers * 2 * shape.hidden + final_norm + max(0.0, recomputed - logits)
@@ -409,6 +456,22 @@ def activation_and_logit_bytes(shape: ModelShape, train: TrainingShape) -> tuple
         dense = shape.layers - moe
         per_token = moe * kinds[0] + dense * kinds[-1] + final_norm
     return tokens * per_token, tokens * logits
+
+
+def logit_bytes(train: TrainingShape) -> float:
+    """Bytes per logit at the step's peak. dpo and kto compute the logits themselves, without labels
+    (train/dpo/trainer.py concatenated_forward: ``labels = batch.pop("labels")``, then
+    ``model(**batch).logits.to(torch.float32)`` and trainer_utils.py get_batch_logps'
+    ``logits.log_softmax(-1)``): the logits are materialized whatever enable_liger_kernel says, and the
+    policy's fp32 logits and their log-softmax (8 bytes) are held while a no-grad forward of as many tokens
+    makes its own (8 more): dpo's reference (compute_reference_log_probs), kto's KL batch and reference
+    (train/kto/trainer.py concatenated_forward, ``with torch.no_grad(): ... prefix="kl_"``). kto also keeps
+    ``target_logits[kto_tags]`` and ``[~kto_tags]``, a copy (4 more). The backward's peak is the 12 of any
+    loss (LOGIT_BYTES)."""
+    if train.stage not in ("dpo", "kto"):
+        return 4 / LOSS_CHUNKS if train.fused_loss else LOGIT_BYTES
+    held = 8 + (4 if train.stage == "kto" else 0) + (8 if train.reference_forward else 0)
+    return max(LOGIT_BYTES, held)
 
 
 def estimate_config(config: Mapping[str, Any], world_size: int = 1) -> Estimate | None:
@@ -458,11 +521,15 @@ class ModelMemory:
     # quantizes for QLoRA (transformers' replace_with_bnb_linear swaps nn.Linear; lm_head is kept)
     frozen_linear_parameters: int = 0
     frozen_linear_bytes: int = 0
+    frozen_linear_rows: int = 0  # their out_features summed: LLM.int8 keeps one fp32 scale a row
     by_dtype: tuple[tuple[str, int], ...] = ()  # (dtype, bytes), largest first
     # optimizer state bytes per trainable element, measured on the optimizer class the trainer builds
     # (lf/dry_trainer.py trainer_setup); None where it could not be built here
     optimizer_bytes_per_parameter: float | None = None
     optimizer: str | None = None
+    # the models the workflow builds beside this one (dpo/kto's reference, ppo's reference and reward),
+    # counted on the meta models LLaMA-Factory's create_ref_model / create_reward_model built
+    others: tuple[OtherModel, ...] = ()
 
     @property
     def weight_bytes(self) -> int:
@@ -471,6 +538,15 @@ class ModelMemory:
     @property
     def gradient_bytes(self) -> int:
         return self.trainable_bytes  # autograd keeps each .grad in its parameter's dtype
+
+
+@dataclass(frozen=True)
+class OtherModel:
+    """A model the workflow holds beside the policy, frozen (``load_model(..., is_trainable=False)``)."""
+
+    role: str  # "reference" | "reward"
+    memory: ModelMemory
+    quantization_bit: int | None = None  # the model_args.quantization_bit its load_model was given
 
 
 def count_model(model: Any) -> ModelMemory:
@@ -483,12 +559,17 @@ def count_model(model: Any) -> ModelMemory:
     except Exception:  # a wrapper without it (trl's value head keeps it on pretrained_model)
         inner = getattr(model, "pretrained_model", None)
         output = inner.get_output_embeddings() if hasattr(inner, "get_output_embeddings") else None
-    linear_weights: set[int] = set()
+    # what transformers' replace_with_bnb_linear swaps: ``type(module) is nn.Linear`` (a subclass such as
+    # Llama 4's router is kept), never the output embedding (quantizers/base.py get_keys_to_not_convert)
+    linear_weights: dict[int, int] = {}
+    kept = {id(output.weight)} if output is not None and hasattr(output, "weight") else set()
+    head = getattr(model, "v_head", None)  # trl's value head is added after loading: never quantized
+    kept |= {id(p) for p in head.parameters()} if isinstance(head, torch.nn.Module) else set()
     for module in model.modules():
-        if isinstance(module, torch.nn.Linear) and module is not output:
-            linear_weights.add(id(module.weight))
+        if type(module) is torch.nn.Linear and module is not output and id(module.weight) not in kept:
+            linear_weights[id(module.weight)] = module.out_features
     seen: set[int] = set()
-    parameters = trainable = frozen_bytes = trainable_bytes = frozen_linear = frozen_linear_bytes = 0
+    parameters = trainable = frozen_bytes = trainable_bytes = frozen_linear = frozen_linear_bytes = rows = 0
     by_dtype: dict[str, int] = {}
     for param in model.parameters():  # parameters() yields a tied tensor once; the id set keeps it so
         if id(param) in seen:
@@ -506,6 +587,7 @@ def count_model(model: Any) -> ModelMemory:
             if id(param) in linear_weights:
                 frozen_linear += n
                 frozen_linear_bytes += size
+                rows += linear_weights[id(param)]
     return ModelMemory(
         parameters=parameters,
         trainable_parameters=trainable,
@@ -513,6 +595,7 @@ def count_model(model: Any) -> ModelMemory:
         trainable_bytes=trainable_bytes,
         frozen_linear_parameters=frozen_linear,
         frozen_linear_bytes=frozen_linear_bytes,
+        frozen_linear_rows=rows,
         by_dtype=tuple(sorted(by_dtype.items(), key=lambda kv: -kv[1])),
     )
 

@@ -400,10 +400,12 @@ _WORKFLOW_CODE = {  # which model -> (code, key); the fix is the code's registry
 
 def workflow_models(
     run: DryRun, stage: str | None, model_args: Any, finetuning_args: Any, do_train: bool, model: Any
-) -> None:
+) -> list[tuple[str, Any, int | None]]:
     """The models a training workflow builds besides the policy, as it builds them, on the meta device:
     dpo/kto's reference model and ppo's reference and reward models (LLaMA-Factory's own ``create_ref_model``
-    and ``create_reward_model`` in train/trainer_utils.py, with their ``load_model`` building on meta)."""
+    and ``create_reward_model`` in train/trainer_utils.py, with their ``load_model`` building on meta).
+    Returns each model its ``load_model`` built, with its role and the quantization_bit it was given (none
+    where the workflow reuses the policy: LoRA's reference is the policy with its adapter disabled)."""
     with text_only_llamafactory():
         from llamafactory.train import trainer_utils
 
@@ -423,12 +425,22 @@ def workflow_models(
         calls.append(("reference", lambda: trainer_utils.create_ref_model(model_args, finetuning_args, True)))
         if model is not None:
             calls.append(("reward", lambda: trainer_utils.create_reward_model(model, model_args, finetuning_args)))
+    built: list[tuple[str, Any, int | None]] = []
     if not calls:
-        return
+        return built
     original = trainer_utils.load_model
-    trainer_utils.load_model = meta_load_model(original)
+    meta = meta_load_model(original)
+    loaded: list[tuple[Any, int | None]] = []
+
+    def load(tokenizer: Any, args: Any, *rest: Any, **kwargs: Any) -> Any:
+        made = meta(tokenizer, args, *rest, **kwargs)
+        loaded.append((made, args.quantization_bit))
+        return made
+
+    trainer_utils.load_model = load
     try:
         for which, call in calls:
+            loaded.clear()
             try:
                 call()
             except Exception as exc:
@@ -443,8 +455,11 @@ def workflow_models(
                     f"built here on the meta device) after loading the policy, and it refused: {text}",
                     key=key,
                 )
+                continue
+            built += [(which, made, bits) for made, bits in loaded]
     finally:
         trainer_utils.load_model = original
+    return built
 
 
 # -- entry -------------------------------------------------------------------------------------------

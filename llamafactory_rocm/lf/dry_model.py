@@ -5,16 +5,19 @@ The model is LLaMA-Factory's ``load_model`` itself, with its weight-loading call
 (its own ``train_from_scratch`` branch) under torch's meta default device (lf/dry_load.py
 ``meta_load_model``): the config is patched, the model patched, and ``init_adapter`` run on meta tensors, so
 module-name errors are LLaMA-Factory's or peft's own words (docs/llamafactory-launch.md#d5). Not run:
-quantization (the meta model is not quantized). The reference and reward models of dpo/kto/ppo are built as
-their workflows build them (lf/dry_load.py ``workflow_models``). A saved ``tokenized_path``'s ids are checked
-against the built model's embedding.
+quantization (the meta model is not quantized; the memory estimate stores the nn.Linear weights bitsandbytes
+would replace at quantization_bit, memory.stored_weight_bytes). The reference and reward models of
+dpo/kto/ppo are built as their workflows build them (lf/dry_load.py ``workflow_models``) and counted beside
+the policy (``ModelMemory.others``). A saved ``tokenized_path``'s ids are checked against the built model's
+embedding.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
-from ..memory import count_model
+from ..memory import OtherModel, count_model
 from .dry_parts import Launch, _meta_limitation, _words
 from .stages import adds_valuehead
 
@@ -74,17 +77,42 @@ def build_model(launch: Launch) -> None:
             fix_as=_module_case(launch.finetuning_args.finetuning_type),
             key=_module_key(launch.finetuning_args.finetuning_type, text),
         )
+        if isinstance(exc, ImportError) and launch.model_args.quantization_bit is not None:
+            _count_without_quantization(launch, load_model, is_trainable, add_valuehead)
     if launch.model is not None:
         launch.run.built = count_model(launch.model)
     if launch.model is not None and launch.tokenized_max_id is not None:
         _check_tokenized_ids(launch)
 
 
+def _count_without_quantization(launch: Launch, load_model: Any, is_trainable: bool, add_valuehead: bool) -> None:
+    """The quantization package is missing here (model/model_utils/quantization.py ``check_version(
+    "bitsandbytes>=0.39.0", mandatory=True)`` raises an ImportError; the error is reported above): the model
+    it would quantize is the same meta model built without ``quantization_bit`` (the meta model is never
+    quantized: loader.py's ``from_config`` takes no quantization_config), so that one is counted for the
+    memory estimate, which stores its nn.Linear weights at quantization_bit. It is not handed to later steps."""
+    from .dry_load import meta_load_model
+
+    bits, launch.model_args.quantization_bit = launch.model_args.quantization_bit, None
+    try:
+        model = meta_load_model(load_model)(
+            launch.tokenizer_module["tokenizer"], launch.model_args, launch.finetuning_args, is_trainable, add_valuehead
+        )
+    except Exception:  # refused for another reason too: that one shows once bitsandbytes is there
+        return
+    finally:
+        launch.model_args.quantization_bit = bits
+    launch.run.built = count_model(model)
+
+
 def build_workflow_models(launch: Launch) -> None:
     from .dry_load import workflow_models
 
     args = (launch.run.stage, launch.model_args, launch.finetuning_args, launch.training_args.do_train, launch.model)
-    workflow_models(launch.run, *args)
+    built = workflow_models(launch.run, *args)
+    if built and launch.run.built is not None:  # frozen models beside the policy: their weights count too
+        others = tuple(OtherModel(role, count_model(model), bits) for role, model, bits in built)
+        launch.run.built = dataclasses.replace(launch.run.built, others=others)
 
 
 def _check_tokenized_ids(launch: Launch) -> None:
