@@ -1,10 +1,11 @@
 """Will it fit? Peak device memory of a LLaMA-Factory run, estimated from the model's shapes.
 
-Parameters are counted from ``config.json`` (no weights needed). The estimate is a breakdown:
-frozen/base weights, trainable state (weights + gradients + optimizer), activations, logits, and a
-fixed workspace. Constants are calibrated in docs/memory.md against torchtune's published 16.2 GiB
-for Llama-3.1-8B LoRA (batch 2 x 2048, activation checkpointing, chunked loss) and
-LLaMA-Factory's README table; the tests pin both.
+Parameters are counted on the model LLaMA-Factory builds on the meta device (``count_model``), or from
+``config.json`` where none was built. The estimate is a breakdown: frozen/base weights, trainable state
+(weights + gradients + optimizer), activations, logits, and a fixed workspace. The per-op activation and
+logit bytes follow what a real LoRA step allocates per family, measured on CPU at reduced size
+(tests/test_memory_oracle.py, docs/memory.md#activations); docs/memory.md compares the estimate with
+torchtune's and LLaMA-Factory's published figures and with H200 runs.
 """
 
 from __future__ import annotations
