@@ -25,3 +25,11 @@ def timed(cmd: Sequence[str], env: dict[str, str] | None = None, cwd: str | None
 
 def median(values: Sequence[float]) -> float:
     return statistics.median(values)
+
+
+def tiny_model(folder: os.PathLike[str] | str):
+    """The tests' tiny Llama (tests/conftest.py tiny_model), built into ``folder``: the model every bench trains."""
+    from llamafactory_rocm.demo.tiny import build_tiny_model, texts_from_dataset
+    from llamafactory_rocm.resources import datasets_dir
+
+    return build_tiny_model(folder, texts_from_dataset(datasets_dir() / "amd_finetune_qa.json"))

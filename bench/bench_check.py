@@ -21,9 +21,8 @@ import tempfile
 from pathlib import Path
 
 import yaml
-from _util import machine, median, timed
+from _util import machine, median, timed, tiny_model
 
-from llamafactory_rocm.demo.tiny import build_tiny_model, texts_from_dataset
 from llamafactory_rocm.resources import datasets_dir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,7 +50,7 @@ def main() -> None:
     try:
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(before), args.before_commit],
                        check=True, capture_output=True)  # fmt: skip
-        tiny = build_tiny_model(work / "tiny", texts_from_dataset(datasets_dir() / "amd_finetune_qa.json"))
+        tiny = tiny_model(work / "tiny")
         models = {"tiny": tiny, "8B-shaped": eight_b_folder(tiny, work / "llama3-8b-shape")}
         env = {**os.environ, "HF_HOME": str(work / "hf"), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
         variants = {"before": {**env, "PYTHONPATH": str(before)}, "after": env}

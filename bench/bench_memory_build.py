@@ -24,9 +24,8 @@ import tempfile
 from pathlib import Path
 
 import yaml
-from _util import machine, median
+from _util import machine, median, tiny_model
 
-from llamafactory_rocm.demo.tiny import build_tiny_model, texts_from_dataset
 from llamafactory_rocm.resources import datasets_dir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,7 +105,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:
         work = Path(tmp)
-        tiny = build_tiny_model(work / "tiny", texts_from_dataset(datasets_dir() / "amd_finetune_qa.json"))
+        tiny = tiny_model(work / "tiny")
         for name in args.shapes.split(","):
             folder = shape_folder(name, tiny, work / "shapes")
             config_path = work / f"{name}.yaml"

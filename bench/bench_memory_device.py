@@ -44,12 +44,10 @@ print("PEAK " + json.dumps({"allocated_gib": peak.allocated, "reserved_gib": pea
 def build_model(folder: Path) -> None:
     """The tiny tokenizer (llama3 special tokens) beside a random Llama-3-8B-shaped bf16 model."""
     import torch
+    from _util import tiny_model
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from llamafactory_rocm.demo.tiny import build_tiny_model, texts_from_dataset
-    from llamafactory_rocm.resources import datasets_dir
-
-    build_tiny_model(folder, texts_from_dataset(datasets_dir() / "amd_finetune_qa.json"))
+    tiny_model(folder)
     shipped = json.loads((ROOT / "llamafactory_rocm/models/llama3_8b.json").read_text())["config"]
     tiny = json.loads((folder / "config.json").read_text())
     config = LlamaConfig(

@@ -24,10 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _util import machine, median
-
-from llamafactory_rocm.demo.tiny import build_tiny_model, texts_from_dataset
-from llamafactory_rocm.resources import datasets_dir
+from _util import machine, median, tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -68,7 +65,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory(prefix="bench-oracle-") as tmp:
         work = Path(tmp)
-        tiny = build_tiny_model(work / "tiny", texts_from_dataset(datasets_dir() / "amd_finetune_qa.json"))
+        tiny = tiny_model(work / "tiny")
         for case in args.cases.split(","):
             print(row(case, tiny, work, args.runs), flush=True)
 

@@ -30,11 +30,8 @@ import tempfile
 from pathlib import Path
 
 import yaml
-from _util import machine, median, timed
+from _util import machine, median, timed, tiny_model
 from bench_validate import make_file
-
-from llamafactory_rocm.demo.tiny import build_tiny_model, texts_from_dataset
-from llamafactory_rocm.resources import datasets_dir
 
 STOCK = """
 import sys, yaml
@@ -82,7 +79,7 @@ def main() -> None:
     args = cli.parse_args()
     work = Path(tempfile.mkdtemp(prefix="lfr-bench-prepare-"))
     try:
-        model = build_tiny_model(work / "tiny", texts_from_dataset(datasets_dir() / "amd_finetune_qa.json"))
+        model = tiny_model(work / "tiny")
         data = work / "data"
         data.mkdir()
         shutil.copy(make_file(args.rows), data / "bench.jsonl")

@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _util import machine
+from _util import machine, tiny_model
 
 from tests.property_oracle import run_oracle, sample, summary
 
@@ -34,13 +34,10 @@ def main() -> int:
     parser.add_argument("--json", type=Path, default=None, help="write every example's outcome here")
     args = parser.parse_args()
 
-    from llamafactory_rocm.demo.tiny import build_tiny_model, texts_from_dataset
-    from llamafactory_rocm.resources import datasets_dir
-
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="bench_property_") as tmp:
         work = Path(tmp)
-        model = build_tiny_model(work / "tiny-llama", texts_from_dataset(datasets_dir() / "amd_finetune_qa.json"))
+        model = tiny_model(work / "tiny-llama")
         choices = sample(args.examples, args.seed)
         examples = run_oracle(choices, model, work / "runs", args.processes)
         print(f"machine: {machine()}")

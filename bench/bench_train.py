@@ -24,9 +24,8 @@ import tempfile
 from pathlib import Path
 
 import yaml
-from _util import machine, median, timed
+from _util import machine, median, timed, tiny_model
 
-from llamafactory_rocm.demo.tiny import build_tiny_model, texts_from_dataset
 from llamafactory_rocm.resources import datasets_dir
 
 
@@ -65,7 +64,7 @@ def main() -> None:
     args = cli.parse_args()
     work = Path(tempfile.mkdtemp(prefix="lfr-bench-"))
     try:
-        model = build_tiny_model(work / "tiny", texts_from_dataset(datasets_dir() / "amd_finetune_qa.json"))
+        model = tiny_model(work / "tiny")
         data = rows_dataset(work / "data", args.rows) if args.rows else None
         stub = work / "site" / "torchaudio"
         stub.mkdir(parents=True)
