@@ -5,7 +5,8 @@ hidden 128, vocab 1024 (``reduced_config``), loaded by LLaMA-Factory's own ``loa
 gradient checkpointing unless marked), two training steps as transformers' Trainer runs them, the second
 under the torch profiler (allocator events summed in order: the step's peak above the live state). Printed
 next to the package's estimate for the same folder and config (``plan_estimate``, the model counted by
-``count_model``): the step's working set (measured) against activations + logits + gradients (estimated),
+``count_model``, its forward traced by lf/dry_activations.py as the dry run traces it; the per-family
+formula's step ratio beside it): the step's working set (measured) against activations + logits + gradients (estimated),
 and the whole peak (live state + step) against weights + trainable state + activations + logits (the
 0.25 GiB workspace left out). MiB; ratio = estimated / measured. The cases are the test's, plus Gemma 3
 without checkpointing.
@@ -38,13 +39,15 @@ MIB = 2**20
 def row(case: str, tiny: Path, work: Path, runs: int) -> str:
     family, _, flag = case.partition(":")
     checkpointing = flag != "nockpt"
-    found = [compare(family, tiny, work / f"{case.replace(':', '-')}-{i}", checkpointing) for i in range(runs)]
-    step = median([f.measured.step_peak_bytes for f in found]) / MIB
-    peak = median([f.measured.peak_bytes for f in found]) / MIB
-    est_step, est_peak = found[0].estimated_step_bytes / MIB, found[0].estimated_peak_bytes / MIB
+    pairs = [compare(family, tiny, work / f"{case.replace(':', '-')}-{i}", checkpointing) for i in range(runs)]
+    step = median([traced.measured.step_peak_bytes for traced, _ in pairs]) / MIB
+    peak = median([traced.measured.peak_bytes for traced, _ in pairs]) / MIB
+    traced, formula = pairs[0]
+    est_step, est_peak = traced.estimated_step_bytes / MIB, traced.estimated_peak_bytes / MIB
+    formula_step = formula.estimated_step_bytes / MIB
     label = family if checkpointing else f"{family}, no checkpointing"
     return (
-        f"| {label} | {step:.2f} | {est_step:.2f} | {est_step / step:.2f} "
+        f"| {label} | {step:.2f} | {est_step:.2f} | {est_step / step:.2f} | {formula_step / step:.2f} "
         f"| {peak:.2f} | {est_peak:.2f} | {est_peak / peak:.2f} |"
     )
 
@@ -61,8 +64,11 @@ def main() -> None:
         f"# LoRA step, batch {BATCH} x cutoff {CUTOFF}, median of {args.runs}, {machine()}, "
         f"torch {torch.__version__}, {datetime.date.today()}"
     )
-    print("| family (reduced) | measured step MiB | estimated | ratio | measured peak MiB | estimated | ratio |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "| family (reduced) | measured step MiB | estimated (traced) | ratio | formula's ratio "
+        "| measured peak MiB | estimated (traced) | ratio |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory(prefix="bench-oracle-") as tmp:
         work = Path(tmp)
         tiny = tiny_model(work / "tiny")

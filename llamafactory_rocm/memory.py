@@ -336,6 +336,7 @@ class Estimate:
     activations_gib: float
     logits_gib: float
     workspace_gib: float
+    activations_traced: bool = False  # from the built model's traced forward, else the per-family formula
 
     @property
     def total_gib(self) -> float:
@@ -421,7 +422,7 @@ def estimate(shape: ModelShape, parameters: int, train: TrainingShape, built: Mo
         weights /= train.world_size
     if train.zero_stage >= 2 or (train.zero_stage == 1 and train.method != "lora"):
         state /= train.world_size
-    activations, logits = activation_and_logit_bytes(shape, train)
+    activations, logits = activation_and_logit_bytes(shape, train, built.activations if built is not None else None)
     return Estimate(
         parameters=parameters,
         trainable_parameters=trainable,
@@ -430,16 +431,22 @@ def estimate(shape: ModelShape, parameters: int, train: TrainingShape, built: Mo
         activations_gib=activations / GIB,
         logits_gib=logits / GIB,
         workspace_gib=WORKSPACE_GIB,
+        activations_traced=built is not None and built.activations is not None,
     )
 
 
-def activation_and_logit_bytes(shape: ModelShape, train: TrainingShape) -> tuple[float, float]:
+def activation_and_logit_bytes(
+    shape: ModelShape, train: TrainingShape, traced: ActivationTrace | None = None
+) -> tuple[float, float]:
     """(activations, logits) at the step's peak, per device. The loss's peak (the logits) comes at the start of
     backward, when every layer's saved activations are still held; with gradient checkpointing those are
     only each layer's bf16 input, and one layer's full set (and its MLP's gradients) exists only while that
     layer is recomputed, after the logits are freed: the activations are then the checkpoints plus what that
-    layer needs beyond the logits' bytes."""
+    layer needs beyond the logits' bytes. ``traced``: the saved bytes of the built model's forward (per token,
+    scaled to this shape's tokens); else the per-family formula below."""
     tokens = train.batch * train.cutoff_len * (2 if train.pairwise else 1)
+    if traced is not None:
+        return tokens * _traced_per_token(traced, shape, train), tokens * traced.vocab * logit_bytes(train)
     rank = train.lora_rank if train.method == "lora" else 0
     moe = min(shape.moe_layers, shape.layers)
     kinds = ([shape.layer_activation_bytes(True, rank)] if moe else []) + (
@@ -457,6 +464,22 @@ def activation_and_logit_bytes(shape: ModelShape, train: TrainingShape) -> tuple
         dense = shape.layers - moe
         per_token = moe * kinds[0] + dense * kinds[-1] + final_norm
     return tokens * per_token, tokens * logits
+
+
+def _traced_per_token(traced: ActivationTrace, shape: ModelShape, train: TrainingShape) -> float:
+    """Activation bytes per token from a trace: every layer's saved set, or with gradient checkpointing every
+    layer's inputs plus the largest recomputed layer (its saved set and its MLP's gradients) beyond the
+    logits it outlives."""
+    per = 1 / traced.tokens
+    around = (traced.outside + traced.head) * per
+    if not train.gradient_checkpointing:
+        return sum(traced.layer_saved) * per + around
+    moe = traced.moe_layers or (False,) * len(traced.layer_saved)
+    recomputed = max(
+        saved * per + shape.layer_backward_bytes(routed) for saved, routed in zip(traced.layer_saved, moe, strict=True)
+    )
+    logits = traced.vocab * logit_bytes(train)
+    return sum(traced.layer_inputs) * per + around + max(0.0, recomputed - logits)
 
 
 def logit_bytes(train: TrainingShape) -> float:
@@ -531,6 +554,9 @@ class ModelMemory:
     # the models the workflow builds beside this one (dpo/kto's reference, ppo's reference and reward),
     # counted on the meta models LLaMA-Factory's create_ref_model / create_reward_model built
     others: tuple[OtherModel, ...] = ()
+    # the forward traced on fake tensors (lf/dry_activations.py); None where it could not run (the per-family
+    # formula serves then)
+    activations: ActivationTrace | None = None
 
     @property
     def weight_bytes(self) -> int:
@@ -539,6 +565,21 @@ class ModelMemory:
     @property
     def gradient_bytes(self) -> int:
         return self.trainable_bytes  # autograd keeps each .grad in its parameter's dtype
+
+
+@dataclass(frozen=True)
+class ActivationTrace:
+    """What autograd saved for backward in one forward of the model LLaMA-Factory built, run on fake tensors at
+    the config's batch and ``cutoff_len`` (lf/dry_activations.py): bytes per region, each storage once. The
+    estimate scales them per token; the logits' peak is LOGIT_BYTES' (the loss's backward, not a saved set)."""
+
+    tokens: int  # tokens of the traced forward: batch x cutoff_len (x 2 for chosen + rejected)
+    layer_saved: tuple[int, ...]  # per checkpointed decoder layer, in call order: its whole saved set
+    layer_inputs: tuple[int, ...]  # per layer: the tensors it was called with, new ones only (what a checkpoint keeps)
+    outside: int  # saved outside the layers and before the output embedding (embeddings, final norm)
+    head: int  # saved from the output embedding on (its input), without labels: no loss was traced
+    vocab: int  # the output embedding's rows: the logits per token
+    moe_layers: tuple[bool, ...] = ()  # per layer: whether it routed tokens to experts (its backward holds theirs)
 
 
 @dataclass(frozen=True)

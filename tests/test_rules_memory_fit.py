@@ -112,7 +112,9 @@ def test_the_numbers_json_carries_are_the_findings_estimate():
     ctx = replace(make_ctx("mi300x"), model_config=model_config_for(config["model_name_or_path"]))
     numbers = memory_fit.estimate_numbers(config, {}, ctx)
     (finding,) = memory_fit.memory_fit(config, {}, ctx).findings
-    assert set(numbers) == {"weights_gib", "trainable_gib", "activations_gib", "logits_gib", "peak_gib", "device_gib"}
+    numbers_keys = {"weights_gib", "trainable_gib", "activations_gib", "logits_gib", "peak_gib", "device_gib"}
+    assert set(numbers) == numbers_keys | {"activations_from"}
+    assert numbers["activations_from"] == "formula"  # no model was built: nothing traced
     assert f"Estimated peak {numbers['peak_gib']:.1f} GiB of {numbers['device_gib']:.1f} GiB" in finding.message
     assert f"weights {numbers['weights_gib']:.1f} + trainable state {numbers['trainable_gib']:.1f}" in finding.message
     assert memory_fit.estimate_numbers(config, {}, make_ctx("mi300x")) is None  # no model config: no numbers

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from .dry_activations import trace_step
 from .dry_data import load_data
 from .dry_model import build_model, build_workflow_models, tokenizer_and_template
 from .dry_parts import DryRun, Launch, _hub_offline, _words, reachable
@@ -133,6 +134,7 @@ def _go(launch: Launch) -> None:
         _timed(launch, "data", load_data)
     if found:
         _timed(launch, "model", build_model)
+        _timed(launch, "activations", trace_step)
     if found and launch.tokenizer_module is not None:  # dpo/kto's reference, ppo's reward model
         _timed(launch, "workflow models", build_workflow_models)
     _timed(launch, "resume", check_resume)

@@ -91,7 +91,7 @@ def plan_estimate(config: Mapping[str, Any], env: Mapping[str, str], ctx: Contex
     return None if plan is None else plan.est
 
 
-def estimate_numbers(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> dict[str, float] | None:
+def estimate_numbers(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> dict[str, float | str] | None:
     """The estimate as numbers, for ``--json``: GiB per device; None where there is none."""
     plan = _plan(config, env, ctx)
     if plan is None:
@@ -104,6 +104,7 @@ def estimate_numbers(config: Mapping[str, Any], env: Mapping[str, str], ctx: Con
         "logits_gib": round(est.logits_gib, 2),
         "peak_gib": round(est.total_gib, 2),
         "device_gib": round(plan.device_gib, 2),
+        "activations_from": "traced forward" if est.activations_traced else "formula",
     }
 
 

@@ -1,0 +1,233 @@
+"""The training dry run's activation step (lf/dry_run.py): one forward of the model LLaMA-Factory built, at the
+config's batch and ``cutoff_len``, counting the bytes autograd saves for backward (docs/memory.md#traced).
+
+The built model's parameters and buffers (meta tensors) are swapped, for the trace only, for torch's
+FakeTensors on the CPU device (``torch._subclasses.fake_tensor``: shape, dtype and device, no storage), so
+nothing is allocated whatever the size, and CPU autocast applies as the trainer's bf16/fp16 autocast does on
+the GPU (accelerate wraps the forward in ``torch.autocast`` where ``bf16``/``fp16`` is set). The forward runs
+the model's own code (LoRA, attention, MoE dispatch as transformers implements it) under
+``torch.autograd.graph.saved_tensors_hooks``, which is handed every tensor autograd keeps for backward; each
+storage is counted once, parameters and buffers never. Gradient checkpointing is switched off for the trace so
+that each decoder layer's whole set is seen; a checkpointed run keeps each layer's inputs, recorded at the
+layer's call, and recomputes one layer at a time (memory.activation_and_logit_bytes).
+
+Where the forward cannot run on fake tensors (an op whose output shape depends on the data, such as eager MoE
+dispatch's ``nonzero``, or a model that needs images), there is no trace and the estimate takes the
+per-family formula; the dry run says so (DRY_RUN_NOT_CHECKED).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from ..memory import ActivationTrace
+from .dry_parts import Launch, _words
+
+
+def trace_step(launch: Launch) -> None:
+    """The dry run's step: trace the built policy and attach the result to ``run.built``."""
+    import dataclasses
+
+    run = launch.run
+    if launch.model is None or run.built is None:
+        return
+    args = launch.training_args
+    sequences = int(args.per_device_train_batch_size) * (2 if run.stage in ("rm", "dpo") else 1)
+    compute = "bfloat16" if args.bf16 else "float16" if args.fp16 else None
+    try:
+        found = trace_activations(launch.model, sequences, int(launch.data_args.cutoff_len), compute)
+    except Exception as exc:  # the formula serves; the reason is said, not raised
+        run.skip("the activations on the built model", f"{_words(exc)}; the estimate uses the per-family formula")
+        return
+    run.built = dataclasses.replace(run.built, activations=found)
+
+
+def trace_activations(model: Any, sequences: int, length: int, compute_dtype: str | None) -> ActivationTrace:
+    """Bytes autograd saves in ``model``'s forward of ``sequences`` x ``length`` tokens (no labels: the loss's
+    peak is counted apart), per checkpointed layer and outside them. Raises what the forward raises."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode()
+    output = _output_embedding(model)
+    with _faked(model, mode) as owned, _checkpointing_off(model) as layers, _rows_unpacked():
+        recorder = _Recorder(owned)
+        handles = recorder.hook(model, layers, output)
+        autocast = (
+            torch.autocast("cpu", dtype=getattr(torch, compute_dtype)) if compute_dtype else contextlib.nullcontext()
+        )
+        try:
+            with mode, autocast, torch.autograd.graph.saved_tensors_hooks(recorder.pack, lambda x: x):
+                ids = torch.zeros(sequences, length, dtype=torch.long)
+                extra = {"token_type_ids": torch.zeros_like(ids)} if _needs_token_types(model) else {}
+                model(input_ids=ids, use_cache=False, **extra)
+        finally:
+            for handle in handles:
+                handle.remove()
+    vocab = int(output.weight.shape[0]) if output is not None else 0
+    return recorder.result(sequences * length, vocab)
+
+
+class _Recorder:
+    """Saved bytes by region: a checkpointed layer's index, "outside" the layers, or the "head" (the output
+    embedding on)."""
+
+    def __init__(self, owned: set[int]) -> None:
+        self.owned = owned  # the storages of parameters and buffers: not activations
+        self.region: Any = "outside"
+        self.seen: dict[str, set[int]] = {"saved": set(), "inputs": set()}
+        self.keep: list[Any] = []  # saved tensors stay referenced, so no storage key is reused mid-trace
+        self.saved: dict[Any, int] = {}
+        self.inputs: dict[int, int] = {}
+        self.moe: set[int] = set()
+        self.order: list[int] = []
+
+    def _new_bytes(self, tensor: Any, kind: str = "saved") -> int:
+        key = tensor.untyped_storage()._cdata
+        if key in self.owned or key in self.seen[kind]:
+            return 0
+        self.seen[kind].add(key)
+        self.keep.append(tensor)
+        return int(tensor.untyped_storage().nbytes())
+
+    def pack(self, tensor: Any) -> Any:
+        self.saved[self.region] = self.saved.get(self.region, 0) + self._new_bytes(tensor)
+        return tensor
+
+    def hook(self, model: Any, layers: list[Any], output: Any) -> list[Any]:
+        import torch
+
+        handles = []
+        for index, layer in enumerate(layers):
+
+            def enter(_module: Any, args: Any, kwargs: Any, index: int = index) -> None:
+                self.region = index
+                self.order.append(index)
+                tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+                tensors += [t for a in (*args, *kwargs.values()) if isinstance(a, tuple) for t in a
+                            if isinstance(t, torch.Tensor)]  # fmt: skip
+                self.inputs[index] = sum(self._new_bytes(t, "inputs") for t in tensors)
+
+            def leave(*_args: Any) -> None:
+                self.region = "outside"
+
+            handles.append(layer.register_forward_pre_hook(enter, with_kwargs=True))
+            handles.append(layer.register_forward_hook(leave))
+        for module in model.modules():
+            name = type(module).__name__.lower()
+            # a layer that routes tokens: transformers' Qwen3MoeExperts, MixtralSparseMoeBlock, Llama4TextMoe, ...
+            if "experts" in name or name.endswith(("moe", "moeblock")):
+
+                def routed(*_args: Any) -> None:
+                    if isinstance(self.region, int):
+                        self.moe.add(self.region)
+
+                handles.append(module.register_forward_pre_hook(routed))
+        if output is not None:
+
+            def head(*_args: Any) -> None:
+                self.region = "head"
+
+            handles.append(output.register_forward_pre_hook(head))
+        return handles
+
+    def result(self, tokens: int, vocab: int) -> ActivationTrace:
+        order = list(dict.fromkeys(self.order))
+        if not order:
+            raise RuntimeError("no decoder layer ran in the traced forward")
+        return ActivationTrace(
+            tokens=tokens,
+            layer_saved=tuple(self.saved.get(i, 0) for i in order),
+            layer_inputs=tuple(self.inputs.get(i, 0) for i in order),
+            outside=self.saved.get("outside", 0),
+            head=self.saved.get("head", 0),
+            vocab=vocab,
+            moe_layers=tuple(i in self.moe for i in order),
+        )
+
+
+@contextlib.contextmanager
+def _faked(model: Any, mode: Any) -> Iterator[set[int]]:
+    """Swap every parameter and buffer for a FakeTensor on the CPU of its shape and dtype (a tied weight stays
+    one tensor); put the originals back after. Yields the fakes' storage keys."""
+    import torch
+
+    swapped: list[tuple[Any, str, str, Any]] = []
+    made: dict[int, Any] = {}
+    try:
+        with mode:
+            for module in model.modules():
+                for kind in ("_parameters", "_buffers"):
+                    table = getattr(module, kind)
+                    for name, tensor in list(table.items()):
+                        if tensor is None:
+                            continue
+                        if id(tensor) not in made:
+                            fake = torch.empty(tensor.shape, dtype=tensor.dtype, device="cpu")
+                            if kind == "_parameters":
+                                fake = torch.nn.Parameter(fake, requires_grad=tensor.requires_grad)
+                            made[id(tensor)] = fake
+                        swapped.append((table, name, kind, tensor))
+                        table[name] = made[id(tensor)]
+        yield {fake.untyped_storage()._cdata for fake in made.values()}
+    finally:
+        for table, name, _kind, tensor in reversed(swapped):
+            table[name] = tensor
+
+
+@contextlib.contextmanager
+def _checkpointing_off(model: Any) -> Iterator[list[Any]]:
+    """The layers gradient checkpointing wraps (transformers' ``GradientCheckpointingLayer``), their flag off
+    for the trace and restored after."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+    flags = [getattr(m, "gradient_checkpointing", False) for m in layers]
+    try:
+        for layer in layers:
+            layer.gradient_checkpointing = False
+        yield layers
+    finally:
+        for layer, flag in zip(layers, flags, strict=True):
+            layer.gradient_checkpointing = flag
+
+
+@contextlib.contextmanager
+def _rows_unpacked() -> Iterator[None]:
+    """Each row one sequence, as LLaMA-Factory's collators give them without ``packing``: transformers looks for
+    packed rows in the position ids (masking_utils ``find_packed_sequence_indices``, a data-dependent check that
+    on fake tensors cannot conclude, so it builds a batch x L x L mask the real forward never makes); told
+    here what the real check finds for one sequence per row."""
+    try:
+        from transformers import masking_utils
+    except ImportError:  # no such check in this transformers
+        yield
+        return
+    original = getattr(masking_utils, "find_packed_sequence_indices", None)
+    if original is None:
+        yield
+        return
+    masking_utils.find_packed_sequence_indices = lambda position_ids: None
+    try:
+        yield
+    finally:
+        masking_utils.find_packed_sequence_indices = original
+
+
+def _output_embedding(model: Any) -> Any:
+    for candidate in (model, getattr(model, "pretrained_model", None)):  # trl's value head wraps the model
+        try:
+            found = candidate.get_output_embeddings() if candidate is not None else None
+        except Exception:  # a wrapper without it
+            found = None
+        if found is not None:
+            return found
+    return None
+
+
+def _needs_token_types(model: Any) -> bool:
+    """Gemma 3's multimodal forward requires token_type_ids in training (its collator adds them, 0 for text)."""
+    config = getattr(model, "config", None)
+    return getattr(config, "model_type", "") == "gemma3"
