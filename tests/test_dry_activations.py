@@ -127,3 +127,29 @@ def test_pairwise_stages_trace_chosen_and_rejected(tmp_path, tiny_model, stage):
     run = dry_launch(config)  # the QA data has no pairs: refused at the data step, the model is still built
     assert run.built is not None, run.findings
     assert run.built.activations is not None and run.built.activations.tokens == 2 * 2 * int(config["cutoff_len"])
+
+
+@pytest.mark.parametrize("shape", ["qwen3_30b_a3b", "deepseek_v3_defaults", "gemma3_defaults", "llama4_defaults",
+                                   "qwen2_5_vl_defaults", "qwen3_defaults"])  # fmt: skip
+def test_two_layers_of_each_kind_give_what_every_layer_gives(shape, tmp_path, tiny_model, monkeypatch):
+    """The trace runs two layers of each kind and lets the second stand for the rest; the oracle is the
+    forward of every layer, on LLaMA-Factory's model of each shape (lora_target all, batch 1 x 1024)."""
+    import json
+
+    import llamafactory_rocm.lf.dry_run as dry_run_module
+    from llamafactory_rocm.lf.dry_activations import trace_step
+    from tests.test_memory_built import lora_config, shape_folder
+
+    folder = shape_folder(shape, tiny_model, tmp_path)
+    if shape == "qwen2_5_vl_defaults":  # the published checkpoints' multimodal rope; the class defaults have none
+        config = json.loads((folder / "config.json").read_text())
+        config["text_config"]["rope_parameters"]["mrope_section"] = [16, 24, 24]
+        (folder / "config.json").write_text(json.dumps(config))
+    built = []
+    monkeypatch.setattr(dry_run_module, "trace_step", lambda launch: (built.append(launch.model), trace_step(launch)))
+    run = dry_launch(lora_config(folder, tmp_path / "out"))
+    assert run.built is not None and run.built.activations is not None, run.not_checked
+    every = trace_activations(built[0], 1, 1024, None, every_layer=True)  # the config sets no bf16: no autocast
+    assert run.built.activations == every
+    config = json.loads((folder / "config.json").read_text())
+    assert len(every.layer_saved) == config.get("text_config", config)["num_hidden_layers"]

@@ -44,16 +44,28 @@ def trace_step(launch: Launch) -> None:
     run.built = dataclasses.replace(run.built, activations=found)
 
 
-def trace_activations(model: Any, sequences: int, length: int, compute_dtype: str | None) -> ActivationTrace:
+def trace_activations(
+    model: Any, sequences: int, length: int, compute_dtype: str | None, *, every_layer: bool = False
+) -> ActivationTrace:
     """Bytes autograd saves in ``model``'s forward of ``sequences`` x ``length`` tokens (no labels: the loss's
-    peak is counted apart), per checkpointed layer and outside them. Raises what the forward raises."""
+    peak is counted apart), per checkpointed layer and outside them. Raises what the forward raises.
+
+    Layers alike (``_layer_signature``) save alike: unless ``every_layer``, the forward runs the first two of
+    each kind only (the second sees what the first already saved for all of them: the rotary tables, a
+    mask) and the rest of the kind take the second's figures; tests/test_dry_activations.py checks that
+    against the whole forward for every shipped shape."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     mode = FakeTensorMode()
     output = _output_embedding(model)
-    with _faked(model, mode) as owned, _checkpointing_off(model) as layers, _rows_unpacked():
-        recorder = _Recorder(owned)
+    with (
+        _faked(model, mode) as owned,
+        _checkpointing_off(model) as all_layers,
+        _rows_unpacked(),
+        _two_of_each_kind(model, all_layers, every_layer) as (layers, stands_for),
+    ):
+        recorder = _Recorder(owned, stands_for)
         handles = recorder.hook(model, layers, output)
         autocast = (
             torch.autocast("cpu", dtype=getattr(torch, compute_dtype)) if compute_dtype else contextlib.nullcontext()
@@ -74,8 +86,9 @@ class _Recorder:
     """Saved bytes by region: a checkpointed layer's index, "outside" the layers, or the "head" (the output
     embedding on)."""
 
-    def __init__(self, owned: set[int]) -> None:
+    def __init__(self, owned: set[int], stands_for: list[list[int]]) -> None:
         self.owned = owned  # the storages of parameters and buffers: not activations
+        self.stands_for = stands_for  # per traced layer: the layers of the model whose figures it gives
         self.region: Any = "outside"
         self.seen: dict[str, set[int]] = {"saved": set(), "inputs": set()}
         self.keep: list[Any] = []  # saved tensors stay referenced, so no storage key is reused mid-trace
@@ -134,17 +147,19 @@ class _Recorder:
         return handles
 
     def result(self, tokens: int, vocab: int) -> ActivationTrace:
-        order = list(dict.fromkeys(self.order))
-        if not order:
+        ran = list(dict.fromkeys(self.order))
+        if not ran:
             raise RuntimeError("no decoder layer ran in the traced forward")
+        # each model layer that ran, in order, with the traced layer that gives its figures
+        given = sorted((layer, traced) for traced in ran for layer in self.stands_for[traced])
         return ActivationTrace(
             tokens=tokens,
-            layer_saved=tuple(self.saved.get(i, 0) for i in order),
-            layer_inputs=tuple(self.inputs.get(i, 0) for i in order),
+            layer_saved=tuple(self.saved.get(traced, 0) for _, traced in given),
+            layer_inputs=tuple(self.inputs.get(traced, 0) for _, traced in given),
             outside=self.saved.get("outside", 0),
             head=self.saved.get("head", 0),
             vocab=vocab,
-            moe_layers=tuple(i in self.moe for i in order),
+            moe_layers=tuple(traced in self.moe for _, traced in given),
         )
 
 
@@ -192,6 +207,83 @@ def _checkpointing_off(model: Any) -> Iterator[list[Any]]:
     finally:
         for layer, flag in zip(layers, flags, strict=True):
             layer.gradient_checkpointing = flag
+
+
+@contextlib.contextmanager
+def _two_of_each_kind(model: Any, layers: list[Any], every_layer: bool) -> Iterator[tuple[list[Any], list[list[int]]]]:
+    """The layers to run, and for each the indices (into ``layers``) of the layers it stands for. Each
+    ModuleList of checkpointed layers (the decoder's; a vision tower's, which text ids do not run) is cut to the
+    first two layers of each kind for the trace (transformers' decoders loop over ``self.layers[:
+    config.num_hidden_layers]``), and its owner's per-layer ``config.layer_types`` alike, since some decoders
+    pick a layer's mask by its position; both are put back after."""
+    import torch
+
+    position = {id(layer): i for i, layer in enumerate(layers)}
+    lists = [] if every_layer else _layer_lists(model, position)
+    if not lists:
+        yield layers, [[i] for i in range(len(layers))]
+        return
+    undo: list[Any] = []
+    run: list[Any] = []
+    stands_for: list[list[int]] = []
+    try:
+        for parent, name in lists:
+            full = parent._modules[name]
+            config = getattr(parent, "config", None)
+            types = getattr(config, "layer_types", None)
+            types = list(types) if isinstance(types, list | tuple) and len(types) == len(full) else None
+            kinds: dict[Any, list[int]] = {}
+            for index, layer in enumerate(full):
+                kinds.setdefault(_layer_signature(layer, types[index] if types else None), []).append(index)
+            kept: dict[int, list[int]] = {}
+            for members in kinds.values():
+                kept[members[0]] = [members[0]]
+                if len(members) > 1:
+                    kept[members[1]] = members[1:]
+            order = sorted(kept)
+            undo.append((parent._modules, name, full))
+            parent._modules[name] = torch.nn.ModuleList([full[i] for i in order])
+            if types is not None:
+                undo.append((config.__dict__, "layer_types", config.layer_types))
+                config.layer_types = [types[i] for i in order]
+            run += [full[i] for i in order]
+            stands_for += [[position[id(full[j])] for j in kept[i]] for i in order]
+        yield run, stands_for
+    finally:
+        for table, key, value in reversed(undo):
+            table[key] = value
+
+
+def _layer_lists(model: Any, position: dict[int, int]) -> list[tuple[Any, str]]:
+    """(parent module, attribute name) of each ModuleList made of checkpointed layers only, where together
+    they hold every one of them; else none (nothing is cut)."""
+    import torch
+
+    found, covered = [], 0
+    for parent in model.modules():
+        for name, child in parent._modules.items():
+            if isinstance(child, torch.nn.ModuleList) and len(child) and all(id(m) in position for m in child):
+                found.append((parent, name))
+                covered += len(child)
+    return found if covered == len(position) else []
+
+
+def _layer_signature(layer: Any, layer_type: str | None) -> tuple[Any, ...]:
+    """What decides a layer's saved bytes: its modules (classes and simple settings, e.g. Llama 4's
+    ``use_rope``, Gemma 3's ``is_sliding``), its parameters' shapes, dtypes and trainability, its type in
+    ``config.layer_types``. Its position (``layer_idx``) is left out: it only picks a cache slot."""
+    settings = []
+    for path, module in layer.named_modules():
+        simple = tuple(
+            sorted(
+                (key, value)
+                for key, value in vars(module).items()
+                if isinstance(value, bool | int | float | str | type(None)) and "idx" not in key and key != "training"
+            )
+        )
+        settings.append((path, type(module).__name__, simple))
+    params = tuple((n, tuple(p.shape), p.dtype, p.requires_grad) for n, p in layer.named_parameters())
+    return (layer_type, tuple(settings), params)
 
 
 @contextlib.contextmanager
