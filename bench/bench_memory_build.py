@@ -4,8 +4,10 @@ weights it reports against the model transformers builds on the meta device from
 Each shape in llamafactory_rocm/models/ named below is written as a model folder (its config.json and the
 tiny tokenizer, no weights) and checked with a LoRA SFT config (lora_target all, batch 1, cutoff_len 1024).
 Each check runs under ``/usr/bin/time -v`` (wall seconds, maximum resident set size), ``--runs`` times
-(median). The oracle for the weights is ``sum(p.numel() * p.element_size())`` over transformers'
-``AutoModelForCausalLM`` / ``AutoModelForImageTextToText.from_config(config)`` under ``torch.device("meta")``.
+(median); the activations it reports and where they came from (``estimate.activations_from``: the traced
+forward, lf/dry_activations.py, or the per-family formula). The oracle for the weights is
+``sum(p.numel() * p.element_size())`` over transformers' ``AutoModelForCausalLM`` /
+``AutoModelForImageTextToText.from_config(config)`` under ``torch.device("meta")``.
 
     python bench/bench_memory_build.py [--runs 3] [--gpu mi300x] [--pythonpath OLD_PACKAGE_COPY]
 
@@ -101,8 +103,8 @@ def main() -> None:
     parser.add_argument("--shapes", default=",".join(SHAPES))
     args = parser.parse_args()
     print(f"# check --gpu {args.gpu}, median of {args.runs}, {machine()}")
-    print("| shape | meta model weights GiB | check says GiB | wall s | max RSS GB | ready |")
-    print("|---|---|---|---|---|---|")
+    print("| shape | meta model weights GiB | check says GiB | activations GiB (from) | wall s | max RSS GB | ready |")
+    print("|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:
         work = Path(tmp)
         tiny = tiny_model(work / "tiny")
@@ -117,7 +119,9 @@ def main() -> None:
             said = reported_weights(runs[-1][2])
             ok = runs[-1][2].get("ok")
             said_text = "none" if said is None else f"{said:.1f}"
-            print(f"| {name} | {oracle:.1f} | {said_text} | {wall:.1f} | {rss:.2f} | {ok} |", flush=True)
+            est = runs[-1][2].get("estimate") or {}
+            acts = f"{est['activations_gib']:.2f} ({est.get('activations_from', 'formula')})" if est else "none"
+            print(f"| {name} | {oracle:.1f} | {said_text} | {acts} | {wall:.1f} | {rss:.2f} | {ok} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,12 @@ storage is counted once, parameters and buffers never. Gradient checkpointing is
 that each decoder layer's whole set is seen; a checkpointed run keeps each layer's inputs, recorded at the
 layer's call, and recomputes one layer at a time (memory.activation_and_logit_bytes).
 
+Attention runs the kernel torch picks for the CPU. Its fused kernels need one head width for q, k and v, as
+ROCm's do (torch ``sdp_utils.cpp`` ``check_head_dim_size_flash<caller_is_meff=true>`` checks the
+memory-efficient kernel there), so DeepSeek's MLA (q/k 192, v 128) takes the math path, with its fp32
+softmax of every head, on both; where a GPU has no fused kernel at all (``SDPA_MATH_FALLBACK``) the trace is
+low by that matrix (docs/memory.md#traced).
+
 Where the forward cannot run on fake tensors (an op whose output shape depends on the data, such as eager MoE
 dispatch's ``nonzero``, or a model that needs images), there is no trace and the estimate takes the
 per-family formula; the dry run says so (DRY_RUN_NOT_CHECKED).
