@@ -153,3 +153,25 @@ def test_two_layers_of_each_kind_give_what_every_layer_gives(shape, tmp_path, ti
     assert run.built.activations == every
     config = json.loads((folder / "config.json").read_text())
     assert len(every.layer_saved) == config.get("text_config", config)["num_hidden_layers"]
+
+
+def test_mla_attention_keeps_the_math_paths_softmax(tmp_path, tiny_model, monkeypatch):
+    """DeepSeek's MLA hands SDPA q/k 192 wide and v 128: no fused kernel takes that (on the CPU, nor on ROCm:
+    torch sdp_utils.cpp check_head_dim_size_flash<caller_is_meff=true>), so the math path keeps the fp32 softmax
+    of every head, L x L per sequence. The trace sees it grow with L; a per-token formula cannot."""
+    import json
+
+    import llamafactory_rocm.lf.dry_run as dry_run_module
+    from llamafactory_rocm.lf.dry_activations import trace_step
+    from tests.test_memory_built import lora_config, shape_folder
+
+    folder = shape_folder("deepseek_v3_defaults", tiny_model, tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    built = []
+    monkeypatch.setattr(dry_run_module, "trace_step", lambda launch: (built.append(launch.model), trace_step(launch)))
+    dry_launch(lora_config(folder, tmp_path / "out"))
+    heads = config["num_attention_heads"]
+    short, long = (trace_activations(built[0], 1, length, None) for length in (512, 1024))
+    per_token = [t.layer_saved[0] / t.tokens for t in (short, long)]
+    # 512 more keys per query: heads x 512 fp32 scores (and as many softmax outputs) more per token
+    assert per_token[1] - per_token[0] >= heads * 512 * 4
