@@ -29,6 +29,7 @@ LINEAR_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", 
 # MLP gate, up, act(gate) and down's input. The loss keeps the fp32 log-softmax and, in backward, its gradient
 # and the gradient of the fp32 upcast: 12 bytes per logit at its peak.
 LOGIT_BYTES = 12
+RM_LOGIT_BYTES = 10  # rm's forward: bf16 logits, trl's fp32 upcast, the unused language loss's (logit_bytes)
 LOSS_CHUNKS = 8  # fused/chunked cross-entropy keeps one fp32 chunk of the logits
 WORKSPACE_GIB = 0.25  # BLAS workspaces and allocator slack
 
@@ -483,18 +484,33 @@ def _traced_per_token(traced: ActivationTrace, shape: ModelShape, train: Trainin
 
 
 def logit_bytes(train: TrainingShape) -> float:
-    """Bytes per logit at the step's peak. dpo and kto compute the logits themselves, without labels
-    (train/dpo/trainer.py concatenated_forward: ``labels = batch.pop("labels")``, then
-    ``model(**batch).logits.to(torch.float32)`` and trainer_utils.py get_batch_logps'
-    ``logits.log_softmax(-1)``): the logits are materialized whatever enable_liger_kernel says, and the
-    policy's fp32 logits and their log-softmax (8 bytes) are held while a no-grad forward of as many tokens
-    makes its own (8 more): dpo's reference (compute_reference_log_probs), kto's KL batch and reference
-    (train/kto/trainer.py concatenated_forward, ``with torch.no_grad(): ... prefix="kl_"``). kto also keeps
-    ``target_logits[kto_tags]`` and ``[~kto_tags]``, a copy (4 more). The backward's peak is the 12 of any
-    loss (LOGIT_BYTES)."""
+    """Bytes per logit at the step's peak, as measured on LLaMA-Factory's own trainers (tests/test_memory_stages.py,
+    docs/memory.md#stages). sft and pt: the loss's backward (LOGIT_BYTES), or one chunk of a fused loss.
+
+    dpo and kto compute the logits themselves, without labels (train/dpo/trainer.py concatenated_forward:
+    ``labels = batch.pop("labels")``, then ``model(**batch).logits.to(torch.float32)``, and trainer_utils.py
+    get_batch_logps' ``logits[:, :-1, :]`` then ``.log_softmax(-1)``): the logits are materialized whatever
+    enable_liger_kernel says, and the policy's fp32 logits and their log-softmax (8 bytes) are held while a
+    no-grad forward of as many tokens makes its own: dpo's reference (compute_reference_log_probs), kto's KL
+    batch and reference (train/kto/trainer.py, ``with torch.no_grad(): ... prefix="kl_"``). That forward holds
+    its fp32 logits and their log-softmax (8), and, where its batch has more than one sequence, the contiguous
+    copy log_softmax makes of the ``[:, :-1, :]`` slice (4: torch's softmax kernels start with
+    ``input_.contiguous()``, SoftMax.cpp and cuda/SoftMax.cu ``host_softmax``, which ROCm builds too). kto also
+    keeps ``target_logits[kto_tags]`` and ``[~kto_tags]``, a copy (4). So dpo with a reference 20, kto 24 (20 at
+    batch 1), at least the 12 of the backward.
+
+    rm: trl's value head model returns the base model's logits upcast (``lm_logits.float()``, 4) while the
+    base model's output, with the bf16 logits (2), is still held, and the base model has computed a language
+    loss on the labels the pairwise collator passes (transformers' ForCausalLMLoss ``logits.float()``, 4):
+    10 bytes. The reward loss reads the values only, so no logit is in backward."""
+    if train.stage == "rm":
+        return RM_LOGIT_BYTES
     if train.stage not in ("dpo", "kto"):
         return 4 / LOSS_CHUNKS if train.fused_loss else LOGIT_BYTES
-    held = 8 + (4 if train.stage == "kto" else 0) + (8 if train.reference_forward else 0)
+    held = 8 + (4 if train.stage == "kto" else 0)
+    if train.reference_forward:
+        sequences = train.batch * (2 if train.pairwise else 1)
+        held += 8 + (4 if sequences > 1 else 0)
     return max(LOGIT_BYTES, held)
 
 

@@ -161,14 +161,11 @@ def profiled_peak(run: Any) -> int:
     every allocation (+bytes) and free (-bytes) of the CPU allocator; summed in order, their maximum."""
     from torch.profiler import ProfilerActivity, profile
 
+    from tests.stage_step import events_peak
+
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         run()
-    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]")
-    current = peak = 0
-    for _, nbytes in events:
-        current += nbytes
-        peak = max(peak, current)
-    return peak
+    return events_peak(prof)
 
 
 def lf_model(config: dict[str, Any]) -> Any:
@@ -189,6 +186,8 @@ def measure_step(model: Any, vocab: int, batch: int, cutoff: int) -> Measured:
     import torch
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState
+
+    from tests.stage_step import live_bytes
 
     AcceleratorState._reset_state(reset_partial_state=True)
     try:
@@ -213,11 +212,7 @@ def measure_step(model: Any, vocab: int, batch: int, cutoff: int) -> Measured:
             optimizer.zero_grad(set_to_none=True)
 
         step()  # AdamW's state exists from here on, as in every step after the first
-        live = {id(t): t.numel() * t.element_size() for t in model.parameters()}
-        live.update({id(b): b.numel() * b.element_size() for b in model.buffers()})
-        for state in optimizer.state.values():
-            live.update({id(t): t.numel() * t.element_size() for t in state.values() if isinstance(t, torch.Tensor)})
-        return Measured(live_bytes=sum(live.values()), step_peak_bytes=profiled_peak(step))
+        return Measured(live_bytes=live_bytes(model, optimizer), step_peak_bytes=profiled_peak(step))
     finally:
         AcceleratorState._reset_state(reset_partial_state=True)
 
