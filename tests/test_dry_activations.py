@@ -175,3 +175,26 @@ def test_mla_attention_keeps_the_math_paths_softmax(tmp_path, tiny_model, monkey
     per_token = [t.layer_saved[0] / t.tokens for t in (short, long)]
     # 512 more keys per query: heads x 512 fp32 scores (and as many softmax outputs) more per token
     assert per_token[1] - per_token[0] >= heads * 512 * 4
+
+
+@pytest.mark.parametrize("freeze_vision_tower", [True, False])
+def test_a_trainable_vision_tower_is_said_to_be_left_out(freeze_vision_tower, tmp_path, tiny_model, monkeypatch):
+    """LLaMA-Factory's default freezes the tower (nothing saved there: the text trace is whole); unfrozen,
+    LoRA ``all`` reaches its linears, and the dry run says that their activations per image are not counted.
+    The oracle for "trainable" is the built model's own requires_grad under LLaMA-Factory's vision keys."""
+    from llamafactory.model.model_utils.visual import COMPOSITE_MODELS
+
+    import llamafactory_rocm.lf.dry_run as dry_run_module
+    from llamafactory_rocm.lf.dry_activations import trace_step
+    from tests.test_memory_built import lora_config, shape_folder
+
+    folder = shape_folder("gemma3_defaults", tiny_model, tmp_path)
+    built = []
+    monkeypatch.setattr(dry_run_module, "trace_step", lambda launch: (built.append(launch.model), trace_step(launch)))
+    run = dry_launch(lora_config(folder, tmp_path / "out", freeze_vision_tower=freeze_vision_tower))
+    keys = COMPOSITE_MODELS["gemma3"].vision_model_keys
+    trainable = [n for n, p in built[0].named_parameters() if p.requires_grad and any(k in n for k in keys)]
+    said = [line for line in run.not_checked if "vision tower" in line]
+    assert bool(trainable) is (not freeze_vision_tower)
+    assert bool(said) is bool(trainable), run.not_checked
+    assert run.built is not None and run.built.activations is not None  # the text is traced either way

@@ -39,15 +39,38 @@ def trace_step(launch: Launch) -> None:
     run = launch.run
     if launch.model is None or run.built is None:
         return
+    vision = trainable_vision_parameters(launch.model)
+    if vision:
+        run.skip(
+            "the vision tower's activations",
+            f"freeze_vision_tower is false, so its {vision:,} trainable parameters keep activations for each image, "
+            "and the trace runs the text alone: the estimate leaves them out",
+            case="estimate",
+        )
     args = launch.training_args
     sequences = int(args.per_device_train_batch_size) * (2 if run.stage in ("rm", "dpo") else 1)
     compute = "bfloat16" if args.bf16 else "float16" if args.fp16 else None
     try:
         found = trace_activations(launch.model, sequences, int(launch.data_args.cutoff_len), compute)
     except Exception as exc:  # the formula serves; the reason is said, not raised
-        run.skip("the activations on the built model", f"{_words(exc)}; the estimate uses the per-family formula")
+        why = f"{_words(exc)}; the estimate uses the per-family formula"
+        run.skip("the activations on the built model", why, case="estimate")
         return
     run.built = dataclasses.replace(run.built, activations=found)
+
+
+def trainable_vision_parameters(model: Any) -> int:
+    """Trainable parameters in the vision tower, by LLaMA-Factory's own names for it
+    (model_utils/visual.py ``COMPOSITE_MODELS[model_type].vision_model_keys``, matched in a parameter's name as
+    its ``get_forbidden_modules`` freezing does). With ``freeze_vision_tower`` (the default) there are none:
+    the tower's input needs no grad, so autograd saves nothing there, and text-only tracing misses nothing."""
+    from llamafactory.model.model_utils.visual import COMPOSITE_MODELS
+
+    composite = COMPOSITE_MODELS.get(getattr(model.config, "model_type", None))
+    if composite is None:
+        return 0
+    keys = composite.vision_model_keys
+    return sum(p.numel() for name, p in model.named_parameters() if p.requires_grad and any(k in name for k in keys))
 
 
 def trace_activations(

@@ -45,16 +45,12 @@ class DryRun:
     def ok(self) -> bool:
         return not any(f.level is Level.ERROR for f in self.findings)
 
-    def skip(self, what: str, why: str) -> None:
+    def skip(self, what: str, why: str, case: str = "unreachable") -> None:
+        """``case``: "unreachable" (what this machine lacks, checked when the run starts) or "estimate" (a part
+        the memory estimate leaves out)."""
         line = f"not checked: {what} ({why})"
         self.not_checked.append(line)
-        self.findings.append(
-            Finding(
-                code="DRY_RUN_NOT_CHECKED",
-                level=Level.INFO,
-                message=line + ".",
-            )
-        )
+        self.findings.append(Finding(code="DRY_RUN_NOT_CHECKED", level=Level.INFO, message=line + ".", fix_as=case))
 
     def error(self, *, code: str, message: str, key: str | None = None, **fix: Any) -> None:
         """An error; ``fix``: the registry template's ``fix_with`` values and ``fix_as`` case (findings/)."""
