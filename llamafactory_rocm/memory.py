@@ -301,11 +301,9 @@ class TrainingShape:
         )
 
     @property
-    def pairwise(self) -> bool:
-        """rm and dpo batches hold each example's chosen and rejected sequences: LLaMA-Factory's
-        PairwiseDataCollatorWithPadding (data/collator.py, used by train/rm/workflow.py and
-        train/dpo/workflow.py) concatenates both, so a step runs 2 x per_device_train_batch_size sequences."""
-        return self.stage in ("rm", "dpo")
+    def sequences(self) -> int:
+        """Sequences in one forward on one device (``sequences_per_forward``)."""
+        return sequences_per_forward(self.stage, self.batch)
 
     @property
     def reference_forward(self) -> bool:
@@ -314,6 +312,13 @@ class TrainingShape:
         ``self.use_ref_model = self.stage == "dpo" and self.pref_loss not in ["orpo", "simpo"]``); kto always
         (its KL batch, then the reference). tests/test_memory_workflow.py pins the rule on the installed line."""
         return self.stage == "kto" or (self.stage == "dpo" and self.pref_loss not in ("orpo", "simpo"))
+
+
+def sequences_per_forward(stage: str, per_device_batch: int) -> int:
+    """rm and dpo batches hold each example's chosen and rejected sequences: LLaMA-Factory's
+    PairwiseDataCollatorWithPadding (data/collator.py, used by train/rm/workflow.py and train/dpo/workflow.py)
+    concatenates both, so a step runs 2 x per_device_train_batch_size sequences."""
+    return per_device_batch * (2 if stage in ("rm", "dpo") else 1)
 
 
 def zero_stage_of(config: Mapping[str, Any]) -> int:
@@ -445,9 +450,10 @@ def activation_and_logit_bytes(
     layer is recomputed, after the logits are freed: the activations are then the checkpoints plus what that
     layer needs beyond the logits' bytes. ``traced``: the saved bytes of the built model's forward (per token,
     scaled to this shape's tokens); else the per-family formula below."""
-    tokens = train.batch * train.cutoff_len * (2 if train.pairwise else 1)
+    tokens = train.sequences * train.cutoff_len
+    per_logit = logit_bytes(train)
     if traced is not None:
-        return tokens * _traced_per_token(traced, shape, train), tokens * traced.vocab * logit_bytes(train)
+        return tokens * _traced_per_token(traced, shape, train, per_logit), tokens * traced.vocab * per_logit
     rank = train.lora_rank if train.method == "lora" else 0
     moe = min(shape.moe_layers, shape.layers)
     kinds = ([shape.layer_activation_bytes(True, rank)] if moe else []) + (
@@ -457,7 +463,7 @@ def activation_and_logit_bytes(
         shape.layer_activation_bytes(is_moe, rank) + shape.layer_backward_bytes(is_moe)
         for is_moe in ([True] if moe else []) + ([False] if moe < shape.layers else [])
     )
-    logits = shape.vocab * logit_bytes(train)
+    logits = shape.vocab * per_logit
     final_norm = 4 * shape.hidden  # the final RMSNorm's fp32 input
     if train.gradient_checkpointing:  # each layer's bf16 input kept; one layer recomputed at a time
         per_token = shape.layers * 2 * shape.hidden + final_norm + max(0.0, recomputed - logits)
@@ -467,10 +473,10 @@ def activation_and_logit_bytes(
     return tokens * per_token, tokens * logits
 
 
-def _traced_per_token(traced: ActivationTrace, shape: ModelShape, train: TrainingShape) -> float:
+def _traced_per_token(traced: ActivationTrace, shape: ModelShape, train: TrainingShape, per_logit: float) -> float:
     """Activation bytes per token from a trace: every layer's saved set, or with gradient checkpointing every
     layer's inputs plus the largest recomputed layer (its saved set and its MLP's gradients) beyond the
-    logits it outlives."""
+    logits it outlives (``per_logit``: ``logit_bytes``)."""
     per = 1 / traced.tokens
     around = (traced.outside + traced.head) * per
     if not train.gradient_checkpointing:
@@ -479,7 +485,7 @@ def _traced_per_token(traced: ActivationTrace, shape: ModelShape, train: Trainin
     recomputed = max(
         saved * per + shape.layer_backward_bytes(routed) for saved, routed in zip(traced.layer_saved, moe, strict=True)
     )
-    logits = traced.vocab * logit_bytes(train)
+    logits = traced.vocab * per_logit
     return sum(traced.layer_inputs) * per + around + max(0.0, recomputed - logits)
 
 
@@ -509,8 +515,7 @@ def logit_bytes(train: TrainingShape) -> float:
         return 4 / LOSS_CHUNKS if train.fused_loss else LOGIT_BYTES
     held = 8 + (4 if train.stage == "kto" else 0)
     if train.reference_forward:
-        sequences = train.batch * (2 if train.pairwise else 1)
-        held += 8 + (4 if sequences > 1 else 0)
+        held += 8 + (4 if train.sequences > 1 else 0)
     return max(LOGIT_BYTES, held)
 
 
@@ -587,7 +592,7 @@ class ModelMemory:
 class ActivationTrace:
     """What autograd saved for backward in one forward of the model LLaMA-Factory built, run on fake tensors at
     the config's batch and ``cutoff_len`` (lf/dry_activations.py): bytes per region, each storage once. The
-    estimate scales them per token; the logits' peak is LOGIT_BYTES' (the loss's backward, not a saved set)."""
+    estimate scales them per token; the logits' peak is ``logit_bytes``' (the stage's loss, not a saved set)."""
 
     tokens: int  # tokens of the traced forward: batch x cutoff_len (x 2 for chosen + rejected)
     layer_saved: tuple[int, ...]  # per checkpointed decoder layer, in call order: its whole saved set

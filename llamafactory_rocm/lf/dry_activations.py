@@ -28,7 +28,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from ..memory import ActivationTrace
+from ..memory import ActivationTrace, sequences_per_forward
 from .dry_parts import Launch, _words
 
 
@@ -48,7 +48,7 @@ def trace_step(launch: Launch) -> None:
             case="estimate",
         )
     args = launch.training_args
-    sequences = int(args.per_device_train_batch_size) * (2 if run.stage in ("rm", "dpo") else 1)
+    sequences = sequences_per_forward(str(run.stage), int(args.per_device_train_batch_size))
     compute = "bfloat16" if args.bf16 else "float16" if args.fp16 else None
     try:
         found = trace_activations(launch.model, sequences, int(launch.data_args.cutoff_len), compute)
