@@ -39,7 +39,7 @@ CASES: dict[str, tuple[dict[str, Any], Any]] = {
     ),
     "sft_hqq_without_hqq": (
         {"quantization_bit": 4, "quantization_method": "hqq"},
-        ("hqq", "MODEL_MODULES_REFUSED"),
+        ("hqq", "QUANTIZATION_PACKAGE_MISSING"),
     ),
 }
 

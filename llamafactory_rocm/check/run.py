@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..findings import Finding, Level, has_errors
+from ..findings.registry import fix_text
 from ..lf.commands import COMMANDS, checked_entry, command_keys, command_verdict
 from ..lf.schema import load_schema, output_dir_of
 from ..lf.verdict import DeviceAnswers
@@ -36,7 +37,7 @@ from .outputs import existing_outputs, resume_checkpoint
 from .rank import judged_as, launched_world, rank_finding
 from .report import Report
 from .request import CheckRequest, Depth, accepted_codes
-from .target import planned_snapshot, resolve_target
+from .target import planned_snapshot, resolve_target, target_install
 
 __all__ = ["CheckRequest", "Depth", "Report", "check_config", "run_check"]
 
@@ -155,8 +156,16 @@ def accept_findings(findings: list[Finding], accepted: frozenset[str]) -> list[F
 # Dry-run refusals that depend on this machine's files and packages: planning for another machine,
 # they are requirements for that machine, not errors here.
 _TARGET_DEPENDENT = frozenset(
-    {"MODEL_NOT_FOUND", "OPTIMIZER_UNAVAILABLE", "REPORTER_UNAVAILABLE", "STAGE_PACKAGE_VERSION"}
+    {
+        "MODEL_NOT_FOUND",
+        "OPTIMIZER_UNAVAILABLE",
+        "REPORTER_UNAVAILABLE",
+        "STAGE_PACKAGE_VERSION",
+        "QUANTIZATION_PACKAGE_MISSING",
+    }
 )
+# Of those, the ones that name a package to install (``new``): the fix becomes the target's install line.
+_TARGET_INSTALLS = frozenset({"QUANTIZATION_PACKAGE_MISSING"})
 
 
 def dry_launch_findings(config: Mapping[str, Any], snapshot: Snapshot) -> tuple[list[Finding], Any]:
@@ -172,9 +181,10 @@ def dry_launch_findings(config: Mapping[str, Any], snapshot: Snapshot) -> tuple[
     findings = []
     for finding in dry.findings:
         if answers is not None and finding.level is Level.ERROR and finding.code in _TARGET_DEPENDENT:
-            finding = finding.model_copy(
-                update={"level": Level.WARNING, "message": f"(on the target) {finding.message}"}
-            )
+            update: dict[str, Any] = {"level": Level.WARNING, "message": f"(on the target) {finding.message}"}
+            if finding.code in _TARGET_INSTALLS and finding.new:  # the package is the target's, not this machine's
+                update["fix"] = fix_text(finding.code, {"install": target_install(finding.new, snapshot)}, "target")
+            finding = finding.model_copy(update=update)
         findings.append(finding)
     return findings, dry
 

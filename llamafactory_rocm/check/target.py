@@ -88,3 +88,29 @@ def planned_snapshot(target: Target, env: Mapping[str, str], catalogue: Catalogu
         kfd_nodes=[KfdNode(node=1, gfx_target_version=info.gfx_target_version or 0)],
         env=dict(env),
     )  # fmt: skip
+
+
+def target_install(requirement: str, snapshot: Snapshot, catalogue: Catalogue | None = None) -> str:
+    """The install line for ``requirement`` on the planned machine. bitsandbytes on a ROCm target: its PyPI
+    wheel, which carries ROCm kernels for the arch from the catalogue's version on (bitsandbytes'
+    installation guide, "AMD ROCm", "Installation from PyPI": ``pip install bitsandbytes``;
+    docs/rocm-facts.md#f9), or a source build for an arch no wheel covers. Anything else: as LLaMA-Factory
+    asks for it."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        name = Requirement(requirement).name.lower()
+    except InvalidRequirement:
+        name = requirement
+    if name != "bitsandbytes" or not snapshot.is_rocm:
+        return f"pip install '{requirement}'"
+    catalogue = catalogue or load_catalogue()
+    lines = []
+    for arch in sorted({base_arch(d.arch_name) for d in snapshot.devices if d.arch_name}):
+        info = catalogue.arch(arch)
+        needed = info.bitsandbytes_min_version if info else None
+        if needed is None:
+            lines.append(f"{arch} has no bitsandbytes ROCm wheel: build it with -DBNB_ROCM_ARCH={arch}")
+        else:
+            lines.append(f"pip install 'bitsandbytes>={needed}' (its ROCm wheel for {arch})")
+    return "; ".join(lines) or f"pip install '{requirement}'"

@@ -6,7 +6,9 @@ The model is LLaMA-Factory's ``load_model`` itself, with its weight-loading call
 ``meta_load_model``): the config is patched, the model patched, and ``init_adapter`` run on meta tensors, so
 module-name errors are LLaMA-Factory's or peft's own words (docs/llamafactory-launch.md#d5). Not run:
 quantization (the meta model is not quantized; the memory estimate stores the nn.Linear weights bitsandbytes
-would replace at quantization_bit, memory.stored_weight_bytes). The reference and reward models of
+would replace at quantization_bit, memory.stored_weight_bytes); where the package that quantizes is not
+installed, LLaMA-Factory's check for it is recorded (QUANTIZATION_PACKAGE_MISSING: an error here, a warning
+naming the target's install line when planning, check/run.py) and the same model is built and traced. The reference and reward models of
 dpo/kto/ppo are built as their workflows build them (lf/dry_load.py ``workflow_models``) and counted beside
 the policy (``ModelMemory.others``). A saved ``tokenized_path``'s ids are checked against the built model's
 embedding.
@@ -14,7 +16,9 @@ embedding.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import Iterator
 from typing import Any
 
 from ..memory import OtherModel, count_model
@@ -58,14 +62,16 @@ def build_model(launch: Launch) -> None:
     # lf/dry_load.py meta_load_model: load_model with its from_config branch under torch's meta default
     # device (nn.Parameter(torch.zeros(...)) in MoE experts included: nothing is allocated); the rest of
     # load_model (patch_config, patch_model, init_adapter, the value head) runs as in the real run.
+    missing: list[tuple[str, str]] = []
     try:
-        launch.model = meta_load_model(load_model)(
-            launch.tokenizer_module["tokenizer"],
-            launch.model_args,
-            launch.finetuning_args,
-            is_trainable,
-            add_valuehead,
-        )
+        with _quantization_packages_recorded(missing):
+            launch.model = meta_load_model(load_model)(
+                launch.tokenizer_module["tokenizer"],
+                launch.model_args,
+                launch.finetuning_args,
+                is_trainable,
+                add_valuehead,
+            )
     except Exception as exc:
         text = _words(exc)
         if _meta_limitation(exc):  # a step that needs real weights (e.g. PiSSA's SVD): not a verdict
@@ -79,10 +85,56 @@ def build_model(launch: Launch) -> None:
         )
         if isinstance(exc, ImportError) and launch.model_args.quantization_bit is not None:
             _count_without_quantization(launch, load_model, is_trainable, add_valuehead)
+    for requirement, words in missing:
+        launch.run.error(
+            code="QUANTIZATION_PACKAGE_MISSING",
+            message=f"quantization_bit: {launch.model_args.quantization_bit} needs {requirement}: LLaMA-Factory's "
+            f"configure_quantization (model/model_utils/quantization.py, check_version(..., mandatory=True)) "
+            f"stops the load with: {words}",
+            key="quantization_bit",
+            new=requirement,
+            fix_as="here",
+            fix_with={"wanted": requirement},
+        )
     if launch.model is not None:
         launch.run.built = count_model(launch.model)
     if launch.model is not None and launch.tokenized_max_id is not None:
         _check_tokenized_ids(launch)
+
+
+@contextlib.contextmanager
+def _quantization_packages_recorded(missing: list[tuple[str, str]]) -> Iterator[None]:
+    """LLaMA-Factory's own version checks in ``configure_quantization`` (model/model_utils/quantization.py:
+    ``check_version("bitsandbytes>=0.39.0", mandatory=True)``, hqq, eetq, ...) run as they are; one that
+    fails is recorded in ``missing`` (requirement, LLaMA-Factory's words) and the load goes on, past the
+    quantization config that package would have made (transformers' ``HqqConfig`` raises without hqq). That
+    is sound on the meta device alone: loader.py's ``from_config`` takes no ``quantization_config``, so the
+    model built is the one the package would quantize, and the memory estimate stores its nn.Linear weights
+    at quantization_bit (memory.stored_weight_bytes). Where every check passes nothing changes."""
+    from llamafactory.model import patcher
+    from llamafactory.model.model_utils import quantization
+
+    check_version, configure_quantization = quantization.check_version, patcher.configure_quantization
+
+    def recorded(requirement: str, mandatory: bool = False) -> None:
+        try:
+            check_version(requirement, mandatory=mandatory)
+        except ImportError as exc:
+            missing.append((requirement, _words(exc)))
+
+    def configured(*args: Any, **kwargs: Any) -> None:
+        before = len(missing)
+        try:
+            configure_quantization(*args, **kwargs)
+        except Exception:
+            if len(missing) == before:  # not for want of the package: LLaMA-Factory's refusal, said as such
+                raise
+
+    quantization.check_version, patcher.configure_quantization = recorded, configured
+    try:
+        yield
+    finally:
+        quantization.check_version, patcher.configure_quantization = check_version, configure_quantization
 
 
 def _count_without_quantization(launch: Launch, load_model: Any, is_trainable: bool, add_valuehead: bool) -> None:

@@ -216,9 +216,10 @@ def fitting_changes(config: Mapping[str, Any], ctx: Context, plan: _Plan, budget
     train = plan.train
     found: list[tuple[str, float]] = []
 
-    def consider(what: str, changed: TrainingShape) -> bool:
+    def consider(what: str, changed: TrainingShape, keys: Mapping[str, Any] | None = None) -> bool:
+        """``keys``: the config change that makes ``changed``, where it may need what the target lacks."""
         total = plan.total(changed)
-        if total <= budget_gib:
+        if total <= budget_gib and not (keys and refused_change(config, keys, ctx)):
             found.append((what, total))
             return True
         return False
@@ -251,11 +252,18 @@ def fitting_changes(config: Mapping[str, Any], ctx: Context, plan: _Plan, budget
         if total <= budget_gib:
             found.append((f"lora_rank: {rank}", total))
     if train.method == "lora" and not train.quantization_bit:
-        consider("quantization_bit: 4 (QLoRA, where bitsandbytes runs on the arch)", replace(train, quantization_bit=4))
+        consider(
+            "quantization_bit: 4 (QLoRA, where bitsandbytes runs on the arch)",
+            replace(train, quantization_bit=4),
+            {"quantization_bit": 4},
+        )
     gpus = len(ctx.snapshot.devices)
     if gpus > 1 and train.zero_stage < 3:
         world = max(train.world_size, gpus)
-        consider(f"DeepSpeed ZeRO-3 over the node's {world} GPUs", replace(train, zero_stage=3, world_size=world))
+        zero3 = {"deepspeed": "ds_z3_config.json"}  # needs the deepspeed package (LLaMA-Factory's own check)
+        consider(
+            f"DeepSpeed ZeRO-3 over the node's {world} GPUs", replace(train, zero_stage=3, world_size=world), zero3
+        )
     peak = plan.est.total_gib
     fitting = [
         product
@@ -276,3 +284,20 @@ def fitting_changes(config: Mapping[str, Any], ctx: Context, plan: _Plan, budget
     if total <= largest.vram_gib * BUDGET:
         found.append((f"{NODE_GPUS} x {largest.name} with DeepSpeed ZeRO-3 (--gpu {largest.alias})", total))
     return found
+
+
+def refused_change(config: Mapping[str, Any], keys: Mapping[str, Any], ctx: Context) -> list[str]:
+    """The error codes that the package rules (rules/packages.py ``require_packages``: LLaMA-Factory's own
+    requirements; rules/kernels.py ``bitsandbytes_for_qlora``: the arch's bitsandbytes wheel) give the
+    config changed by ``keys`` and not the config as it is: a change that would be refused is no change that
+    fits. Planning for another machine, a package missing here is the target's to install, not a refusal."""
+    from .kernels import bitsandbytes_for_qlora
+    from .packages import require_packages
+
+    def errors(candidate: Mapping[str, Any]) -> set[str]:
+        codes: set[str] = set()
+        for rule in (require_packages, bitsandbytes_for_qlora):
+            codes |= {f.code for f in rule(candidate, {}, ctx).findings if f.level is Level.ERROR}
+        return codes
+
+    return sorted(errors({**config, **keys}) - errors(config))
