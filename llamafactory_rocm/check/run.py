@@ -24,6 +24,7 @@ from typing import Any
 
 from ..findings import Finding, Level, has_errors
 from ..findings.registry import fix_text
+from ..lf.causes import cause_of
 from ..lf.commands import COMMANDS, checked_entry, command_keys, command_verdict
 from ..lf.schema import load_schema, output_dir_of
 from ..lf.verdict import DeviceAnswers
@@ -96,41 +97,22 @@ def llamafactory_verdict(config: Mapping[str, Any], ctx: Context, command: str =
     verdict = command_verdict(parsed, command, answers, load=False)  # the dry load reports in its own codes
     if verdict.accepted:
         return notes
-    which = "" if checked_entry(command).trains else f" for `llamafactory-cli {command}`"
+    trains = checked_entry(command).trains
+    which = "" if trains else f" for `llamafactory-cli {command}`"
+    cause = cause_of("LLAMAFACTORY_REFUSED", verdict.message, config, trains=trains)
     return [
         *notes,
         Finding(
             code="LLAMAFACTORY_REFUSED",
             level=Level.ERROR,
+            key=cause.key,
             old=verdict.error_type,
             message=f"LLaMA-Factory's own argument check{which} refuses this config: {verdict.message}",
-            fix_as=refusal_case(verdict.message, command),
-            fix_with={"command": command},
+            fix_as=cause.case,
+            fix_with={"command": command, **cause.values},
+            remedy=cause.remedy,
         ),
     ]
-
-
-# Words of LLaMA-Factory's refusal -> the case of LLAMAFACTORY_REFUSED's fix (its registry entry), first match.
-_REFUSAL_WORDS = (
-    "model_name_or_path",
-    "specify dataset",
-    "eval_dataset",
-    "predict_with_generate",
-    "overwrite_output_dir",
-    "fp16 and bf16",
-    "Quantization",
-    "FORCE_TORCHRUN",
-    "distribution was not found",
-    "only available for API, CLI and Web",
-    "export_dir",
-)
-
-
-def refusal_case(message: str, command: str = "train") -> str:
-    """Which of LLAMAFACTORY_REFUSED's fixes answers LLaMA-Factory's message."""
-    if not checked_entry(command).trains and "not used by the HfArgumentParser" in message:
-        return "keys of another command"
-    return next((words for words in _REFUSAL_WORDS if words.lower() in message.lower()), "other")
 
 
 def accept_findings(findings: list[Finding], accepted: frozenset[str]) -> list[Finding]:
@@ -248,7 +230,11 @@ def run_check(request: CheckRequest) -> Report:
         if rank is not None:
             findings.append(rank_finding(rank))
         with judged_as(rank):
-            findings += llamafactory_verdict(resolution.config, ctx, command)
+            verdict = llamafactory_verdict(resolution.config, ctx, command)
+            # LLaMA-Factory's parser runs before its data, model and packages are loaded: its refusal is the
+            # one the run stops on, so it comes first (the rules' package or data errors after it).
+            refused = [f for f in verdict if f.level is Level.ERROR]
+            findings = refused + findings + [f for f in verdict if f.level is not Level.ERROR]
             if not has_errors(findings) and entry.dry == "load":  # export/chat/api/webchat built dry
                 from ..lf.dry_load import dry_load_findings
 

@@ -34,6 +34,9 @@ class Finding(BaseModel):
     key: str | None = None  # the config key or environment variable concerned
     old: Any = None
     new: Any = None
+    # The key changes that pass the point refused (key -> value, None removes the key, "<...>" is the user's
+    # own value), where the fix is a key change; None where it is not (a package, a command, the data).
+    remedy: dict[str, Any] | None = None
 
     @model_validator(mode="before")
     @classmethod

@@ -6,12 +6,13 @@ The model is LLaMA-Factory's ``load_model`` itself, with its weight-loading call
 ``meta_load_model``): the config is patched, the model patched, and ``init_adapter`` run on meta tensors, so
 module-name errors are LLaMA-Factory's or peft's own words (docs/llamafactory-launch.md#d5). Not run:
 quantization (the meta model is not quantized; the memory estimate stores the nn.Linear weights bitsandbytes
-would replace at quantization_bit, memory.stored_weight_bytes); where the package that quantizes is not
-installed, LLaMA-Factory's check for it is recorded (QUANTIZATION_PACKAGE_MISSING: an error here, a warning
-naming the target's install line when planning, check/run.py) and the same model is built and traced. The reference and reward models of
-dpo/kto/ppo are built as their workflows build them (lf/dry_load.py ``workflow_models``) and counted beside
-the policy (``ModelMemory.others``). A saved ``tokenized_path``'s ids are checked against the built model's
-embedding.
+would replace at quantization_bit, memory.stored_weight_bytes). Two refusals of ``load_model`` are recorded
+and the same model still built, counted and traced: the package that quantizes missing here
+(QUANTIZATION_PACKAGE_MISSING: an error on this machine, a warning naming the target's install line when
+planning, check/run.py), and gpt-oss's forced hub attention kernel (ATTENTION_KERNEL_UNAVAILABLE). The
+reference and reward models of dpo/kto/ppo are built as their workflows build them (lf/dry_load.py
+``workflow_models``) and counted beside the policy (``ModelMemory.others``). A saved ``tokenized_path``'s
+ids are checked against the built model's embedding.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..memory import OtherModel, count_model
+from .causes import cause_of
 from .dry_parts import Launch, _meta_limitation, _words
 from .stages import adds_valuehead
 
@@ -63,8 +65,9 @@ def build_model(launch: Launch) -> None:
     # device (nn.Parameter(torch.zeros(...)) in MoE experts included: nothing is allocated); the rest of
     # load_model (patch_config, patch_model, init_adapter, the value head) runs as in the real run.
     missing: list[tuple[str, str]] = []
+    kernel: list[str] = []
     try:
-        with _quantization_packages_recorded(missing):
+        with _quantization_packages_recorded(missing), _attention_kernel_recorded(kernel):
             launch.model = meta_load_model(load_model)(
                 launch.tokenizer_module["tokenizer"],
                 launch.model_args,
@@ -77,14 +80,24 @@ def build_model(launch: Launch) -> None:
         if _meta_limitation(exc):  # a step that needs real weights (e.g. PiSSA's SVD): not a verdict
             launch.run.skip("the model's adapter set-up", f"it needs real weights: {text}")
             return
+        cause = cause_of("MODEL_MODULES_REFUSED", text, launch.config)
         launch.run.error(
             code="MODEL_MODULES_REFUSED",
             message=f"LLaMA-Factory's load_model/init_adapter refused (model built on the meta device): {text}",
-            fix_as=_module_case(launch.finetuning_args.finetuning_type),
-            key=_module_key(launch.finetuning_args.finetuning_type, text),
+            fix_as=cause.case,
+            fix_with=cause.values,
+            key=cause.key,
+            remedy=cause.remedy,
         )
         if isinstance(exc, ImportError) and launch.model_args.quantization_bit is not None:
             _count_without_quantization(launch, load_model, is_trainable, add_valuehead)
+    for words in kernel:
+        launch.run.error(
+            code="ATTENTION_KERNEL_UNAVAILABLE",
+            message=words,
+            key="model_name_or_path",
+            fix_with={"model_type": "gpt_oss"},
+        )
     for requirement, words in missing:
         launch.run.error(
             code="QUANTIZATION_PACKAGE_MISSING",
@@ -135,6 +148,45 @@ def _quantization_packages_recorded(missing: list[tuple[str, str]]) -> Iterator[
         yield
     finally:
         quantization.check_version, patcher.configure_quantization = check_version, configure_quantization
+
+
+@contextlib.contextmanager
+def _attention_kernel_recorded(refusals: list[str]) -> Iterator[None]:
+    """LLaMA-Factory's ``configure_attn_implementation`` (model/model_utils/attention.py) sets a gpt_oss
+    model's attention to the hub kernel ``kernels-community/vllm-flash-attn3`` (FlashAttention-3, a build for
+    NVIDIA Hopper) through transformers' ``load_and_register_kernel``, before it reads ``flash_attn``: no key
+    avoids it. Where that fails (transformers 5 has no ``load_and_register_kernel``; with a transformers that
+    has it, the ``kernels`` package and a ROCm build of the kernel are missing) the refusal is recorded in
+    LLaMA-Factory's and transformers' words with the line that does it, and the model is built with the
+    attention transformers picks itself, so that it is still counted (the MXFP4 experts dequantized, as
+    LLaMA-Factory's ``Mxfp4Config(dequantize=True)`` asks) and traced."""
+    import inspect
+
+    from llamafactory.model import patcher
+    from llamafactory.model.model_utils import attention
+
+    configure = patcher.configure_attn_implementation
+
+    def recorded(config: Any, model_args: Any) -> None:
+        try:
+            configure(config, model_args)
+        except Exception as exc:
+            if getattr(config, "model_type", None) != "gpt_oss":  # attention.py's only hub-kernel branch
+                raise
+            lines, first = inspect.getsourcelines(attention.configure_attn_implementation)
+            at = next((first + i for i, text in enumerate(lines) if "load_and_register_kernel" in text), first)
+            refusals.append(
+                f"LLaMA-Factory sets gpt-oss's attention to the hub kernel kernels-community/vllm-flash-attn3 "
+                f"(FlashAttention-3, built for NVIDIA Hopper; no ROCm build) whatever flash_attn says, with "
+                f"transformers' load_and_register_kernel (llamafactory/model/model_utils/attention.py:{at}, "
+                f"configure_attn_implementation), and that fails: {_words(exc)}"
+            )
+
+    patcher.configure_attn_implementation = recorded
+    try:
+        yield
+    finally:
+        patcher.configure_attn_implementation = configure
 
 
 def _count_without_quantization(launch: Launch, load_model: Any, is_trainable: bool, add_valuehead: bool) -> None:
@@ -188,16 +240,3 @@ def _input_embeddings(model: Any) -> Any:
         return model.get_input_embeddings()
     except Exception:
         return None
-
-
-def _module_key(finetuning_type: str, text: str) -> str:
-    if finetuning_type == "freeze":
-        return "freeze_extra_modules" if "extra" in text.lower() else "freeze_trainable_modules"
-    if finetuning_type == "lora":
-        return "additional_target" if "additional" in text.lower() else "lora_target"
-    return "finetuning_type"
-
-
-def _module_case(finetuning_type: str) -> str:
-    """MODEL_MODULES_REFUSED's fix for this finetuning_type (its registry entry has one a case)."""
-    return finetuning_type if finetuning_type in ("freeze", "lora") else "other"

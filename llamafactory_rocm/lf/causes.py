@@ -1,0 +1,246 @@
+"""The cause of a library's refusal, and the change that passes that point.
+
+A refusal is said by the code of the step that raised it (LLAMAFACTORY_REFUSED: LLaMA-Factory's parser;
+MODEL_MODULES_REFUSED: its load_model/init_adapter; ...). Which fix answers it is chosen by what was refused:
+the library's words (each pattern in lf/causes.json names the file and function that raise them), the key
+they name and the config's own values, never by the first keyword or the finetuning_type. A cause carries
+the fix's case in its code's registry entry (findings/codes/*.json), the values that template is filled with,
+and the remedy: the key changes that pass that point (``tests/test_refusal_fixes.py`` applies each remedy and
+runs LLaMA-Factory's stock parser, or the check, again). Words no pattern knows still get a fix that names
+the keys of the config the words name, with a value that works where the parser knows one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+CAUSES_FILE = "causes.json"
+USER_VALUE = re.compile(r"^<(?P<what>[^>]+)>$")  # a remedy value the user supplies: "<model>"
+
+
+@dataclass(frozen=True)
+class Pattern:
+    code: str
+    case: str
+    words: re.Pattern[str]
+    keys: tuple[str, ...]
+    remedy: Mapping[str, Any] | None
+    source: str
+    command_only: bool = False  # only where the command is not train (the keys of another command)
+
+
+@dataclass(frozen=True)
+class Cause:
+    """What was refused: the fix's case, the values its template is filled with, the key to change and the
+    change that passes (None where no key change does: a package to install, an environment variable)."""
+
+    case: str
+    values: Mapping[str, Any] = field(default_factory=dict)
+    key: str | None = None
+    remedy: Mapping[str, Any] | None = None
+
+
+@lru_cache(maxsize=1)
+def patterns() -> dict[str, tuple[Pattern, ...]]:
+    raw = json.loads(resources.files(__package__).joinpath(CAUSES_FILE).read_text(encoding="utf-8"))
+    return {
+        code: tuple(
+            Pattern(
+                code=code,
+                case=entry["case"],
+                words=re.compile(entry["words"]),
+                keys=tuple(entry["keys"]),
+                remedy=entry["remedy"],
+                source=entry["source"],
+                command_only=entry.get("command_only", False),
+            )
+            for entry in entries
+        )
+        for code, entries in raw.items()
+        if code != "about"
+    }
+
+
+def cause_of(code: str, words: str, config: Mapping[str, Any], *, trains: bool = True) -> Cause:
+    """The cause of ``code``'s refusal with the library's ``words``, for ``config``; the "other" case, naming
+    the config keys the words name, where no pattern matches."""
+    for pattern in patterns().get(code, ()):
+        if pattern.command_only and trains:
+            continue
+        match = pattern.words.search(words)
+        if match is None:
+            continue
+        groups = {name: value for name, value in match.groupdict().items() if value is not None}
+        values = _values(pattern, groups, config)
+        if not _fills(code, pattern.case, values):  # the words lacked what its fix names (an Enum's key)
+            break
+        remedy = _remedy(pattern.remedy, values)
+        key = values.get("key") or next(
+            (k for k in pattern.keys if k in config), pattern.keys[0] if pattern.keys else None
+        )
+        if remedy and key is None:
+            key = next(iter(remedy))
+        return Cause(pattern.case, values, key, remedy)
+    return _named_keys(words, config)
+
+
+def _fills(code: str, case: str, values: Mapping[str, Any]) -> bool:
+    from ..findings.registry import fix_text
+
+    try:
+        fix_text(code, {"command": "train", **values}, case)
+    except KeyError:
+        return False
+    return True
+
+
+def _values(pattern: Pattern, groups: Mapping[str, str], config: Mapping[str, Any]) -> dict[str, Any]:
+    """The template values of a matched pattern: the groups of its words, and what they imply for the config."""
+    values: dict[str, Any] = {}
+    requirement = next(
+        (groups[g] for g in ("requirement", "requirement2", "requirement3", "requirement4") if g in groups), None
+    )
+    if requirement is not None:
+        values["requirement"] = requirement.strip("`'\".,")
+    if "option" in groups:
+        option = groups["option"]
+        values["option"] = option
+        values["option_off"] = None if option == "loraplus_lr_ratio" else False
+        if option in ("logging_steps", "eval_steps", "save_steps"):
+            values["option_rounded"] = max(1, round(float(config.get(option, 1))))
+        if option in ("image", "video"):
+            values["max_pixels"] = config.get(f"{option}_min_pixels")
+    if "value" in groups:  # an Enum field's value: the key is the one holding it
+        key = next((k for k, v in config.items() if str(v) == groups["value"].strip()), None)
+        if key is not None:
+            values.update(key=key, value=config[key], default=_default(key), choices=_choices(key))
+    if "param" in groups:  # torch's optimizer: its parameter name -> the config key that sets it
+        key = _OPTIMIZER_KEYS.get(groups["param"].split(" ")[0], "learning_rate")
+        if groups.get("index") is not None:
+            key = f"adam_beta{int(groups['index']) + 1}"
+        values.update(key=key, value=config.get(key), default=_default(key))
+        values["value_now"] = f"; now {config[key]!r}" if key in config else ""
+    if "module" in groups:
+        values.update(module=groups["module"], choices=groups.get("choices", "").strip(" ."))
+        extra = str(groups["module"]) in str(config.get("freeze_extra_modules", ""))
+        values["freeze_key"] = "freeze_extra_modules" if extra else "freeze_trainable_modules"
+        values["key"] = values["freeze_key"]
+    output_dir = config.get("output_dir")
+    if output_dir and pattern.case == "output_dir holds a finished run":
+        values.update(output_dir=output_dir, free_output_dir=free_folder(str(output_dir)))
+    if pattern.case == "streaming val_size":
+        values["val_size_rows"] = max(1, int(float(config.get("val_size", 0)) * 1000))  # a whole number of rows
+    if pattern.case == "eval_steps zero":
+        values["save_steps"] = config.get("save_steps") or 500
+    if pattern.case == "best model strategies":
+        values["eval_strategy"] = config.get("eval_strategy", "no")
+    if pattern.case == "best model steps":
+        eval_steps = float(config.get("eval_steps") or 1)
+        save_steps = float(config.get("save_steps") or eval_steps)
+        values["eval_steps_multiple"] = _round_multiple(save_steps, eval_steps)
+    if pattern.case == "interleave probabilities":
+        names = [n for n in str(config.get("dataset", "")).split(",") if n.strip()]
+        values["even_probs"] = ",".join([f"{1 / max(len(names), 1):.4g}"] * max(len(names), 1))
+    for key in pattern.keys:
+        values.setdefault("key", key) if key in config else None
+    return values
+
+
+_OPTIMIZER_KEYS = {
+    "learning": "learning_rate",
+    "weight_decay": "weight_decay",
+    "epsilon": "adam_epsilon",
+    "momentum": "momentum",
+}
+
+
+def _round_multiple(save_steps: float, eval_steps: float) -> int | float:
+    multiple = max(1, math.ceil(save_steps / eval_steps)) * eval_steps
+    return int(multiple) if float(multiple).is_integer() else multiple
+
+
+def _remedy(template: Mapping[str, Any] | None, values: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The pattern's remedy with its ``{name}`` keys and values filled; None where one cannot be filled."""
+    if template is None:
+        return None
+    remedy: dict[str, Any] = {}
+    for raw_key, raw_value in template.items():
+        key = _filled(raw_key, values)
+        value = _filled(raw_value, values)
+        if key is _MISSING or value is _MISSING:
+            return None
+        remedy[str(key)] = value
+    return remedy
+
+
+_MISSING = object()
+
+
+def _filled(template: Any, values: Mapping[str, Any]) -> Any:
+    """``"{name}"`` -> that value (its type kept); ``"{a}_b"`` -> formatted text; anything else as is."""
+    if not isinstance(template, str) or "{" not in template:
+        return template
+    whole = re.fullmatch(r"\{(\w+)\}", template)
+    if whole:
+        return values.get(whole.group(1), _MISSING)
+    try:
+        return template.format_map(dict(values))
+    except KeyError:
+        return _MISSING
+
+
+def free_folder(output_dir: str) -> str:
+    """A sibling of ``output_dir`` that does not exist yet (``out-2``, ``out-3``, ...): the finished run stays."""
+    base = Path(output_dir.rstrip("/\\") or ".")
+    for n in range(2, 1000):
+        candidate = base.with_name(f"{base.name}-{n}")
+        if not candidate.exists():
+            return str(candidate)
+    return str(base.with_name(f"{base.name}-new"))
+
+
+def _named_keys(words: str, config: Mapping[str, Any]) -> Cause:
+    """No pattern knows these words: the config keys they name (`key`, --key or the bare word), each with the
+    value the parser gives it by default, so the fix still names what to change."""
+    named = [k for k in config if re.search(rf"(?<![\w-]){re.escape(k)}(?!\w)", words)]
+    if not named:
+        return Cause("other", {"keys": "the keys its words name"}, None, None)
+    key = named[0]
+    default = _default(key)
+    values = {"keys": ", ".join(named), "key": key, "value": config[key], "default": default}
+    # back to LLaMA-Factory's default (the key removed) where it has one; a required key has none to go back to
+    remedy = {key: None} if default is not None and default != config[key] else None
+    return Cause("named keys", values, key, remedy)
+
+
+def _default(key: str) -> Any:
+    from .schema import field_defaults
+
+    value = field_defaults().get(key)
+    value = getattr(value, "value", value)
+    return value if not isinstance(value, float) or math.isfinite(value) else None
+
+
+def _choices(key: str) -> str:
+    from .schema import load_schema
+
+    parser = load_schema().parser
+    if parser is None:
+        return ""
+    for action in parser._actions:
+        if action.dest == key and action.choices is not None:
+            return ", ".join(str(getattr(c, "value", c)) for c in action.choices)
+    return ""
+
+
+def user_values(remedy: Mapping[str, Any]) -> dict[str, str]:
+    """The remedy's keys whose value is the user's own (``<model>``), with what to give."""
+    return {k: m.group("what") for k, v in remedy.items() if isinstance(v, str) and (m := USER_VALUE.match(v))}

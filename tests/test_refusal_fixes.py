@@ -1,0 +1,270 @@
+"""A refusal's fix, applied, passes the point refused (issue 37 item 1).
+
+The oracle is LLaMA-Factory's own parser (``get_train_args``, stock, in this process: the hook wraps
+``run_exp`` only): each trigger config below is refused by it, ``check`` names the refusal with a fix and its
+remedy (the key changes of that fix), the remedy is applied, and the stock parser is asked again; it must not
+refuse with the same words. ``check`` is asked again too, and must not say the same refusal. A remedy value
+the user supplies (``<model>``, ``<dataset>``) is filled with what the working config had.
+
+Also here: every literal refusal LLaMA-Factory's argument classes and transformers' ``TrainingArguments`` raise
+in the installed versions has its own cause in lf/causes.json (not the words-name-a-key fallback), so a new
+line of LLaMA-Factory (main: tests/main_line.sh runs this file) that adds a refusal fails here first; and each
+cause's case exists in its code's registry entry with a template its values fill.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import inspect
+import io
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llamafactory_rocm.check.run import check_config
+from llamafactory_rocm.findings import Level
+from llamafactory_rocm.findings.registry import load_codes
+from llamafactory_rocm.lf.causes import cause_of, patterns, user_values
+from tests.conftest import tiny_train_config
+
+DELETE = object()
+CHECKPOINT_FILE = "adapter_model.safetensors"  # one of LLaMA-Factory's CHECKPOINT_NAMES (extras/constants.py)
+
+
+def _finished_run(out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / CHECKPOINT_FILE).write_bytes(b"trained")
+
+
+# trigger id -> (changes to the working config, the code check says it with, the case of its fix, a builder)
+TRIGGERS: dict[str, tuple[dict[str, Any], str]] = {
+    "predict_with_generate except sft": ({"stage": "pt", "predict_with_generate": True}, "LLAMAFACTORY_REFUSED"),
+    "neat_packing except sft": ({"stage": "pt", "neat_packing": True}, "LLAMAFACTORY_REFUSED"),
+    "train_on_prompt except sft": ({"stage": "pt", "train_on_prompt": True}, "LLAMAFACTORY_REFUSED"),
+    "do_predict without generation": ({"do_predict": True, "val_size": 0.1}, "LLAMAFACTORY_REFUSED"),
+    "streaming without max_steps": (
+        {"streaming": True, "max_steps": -1, "max_samples": DELETE},
+        "LLAMAFACTORY_REFUSED",
+    ),
+    "no dataset": ({"dataset": DELETE}, "LLAMAFACTORY_REFUSED"),
+    "evaluation without data": ({"do_eval": True}, "LLAMAFACTORY_REFUSED"),
+    "generation with accuracy": (
+        {"predict_with_generate": True, "compute_accuracy": True, "val_size": 0.1},
+        "LLAMAFACTORY_REFUSED",
+    ),
+    "pure_bf16 device": ({"pure_bf16": True}, "LLAMAFACTORY_REFUSED"),
+    "only available for API, CLI and Web": ({"infer_backend": "vllm"}, "LLAMAFACTORY_REFUSED"),
+    "adapter needs lora": ({"finetuning_type": "freeze", "adapter_name_or_path": "an-adapter"}, "LLAMAFACTORY_REFUSED"),
+    "quantization needs lora": ({"finetuning_type": "full", "quantization_bit": 4}, "LLAMAFACTORY_REFUSED"),
+    "quantized resize_vocab": ({"quantization_bit": 4, "resize_vocab": True}, "LLAMAFACTORY_REFUSED"),
+    "quantized device map": ({"quantization_bit": 4, "quantization_device_map": "auto"}, "LLAMAFACTORY_REFUSED"),
+    "reward model for ppo": ({"stage": "ppo"}, "LLAMAFACTORY_REFUSED"),
+    "dpo label smoothing": ({"stage": "dpo", "pref_loss": "ipo", "dpo_label_smoothing": 0.1}, "LLAMAFACTORY_REFUSED"),
+    "llama pro full": ({"finetuning_type": "full", "use_llama_pro": True}, "LLAMAFACTORY_REFUSED"),
+    "lora with galore apollo badam": ({"use_galore": True}, "LLAMAFACTORY_REFUSED"),
+    "galore apollo badam together": (
+        {"finetuning_type": "full", "use_galore": True, "use_apollo": True},
+        "LLAMAFACTORY_REFUSED",
+    ),
+    "lora-only option": ({"finetuning_type": "freeze", "use_dora": True}, "LLAMAFACTORY_REFUSED"),
+    "val_size with eval_dataset": ({"val_size": 0.1, "eval_dataset": "amd_finetune_qa"}, "LLAMAFACTORY_REFUSED"),
+    "interleave_probs with concat": ({"interleave_probs": "1.0"}, "LLAMAFACTORY_REFUSED"),
+    "streaming max_samples": ({"streaming": True, "max_steps": 1}, "LLAMAFACTORY_REFUSED"),
+    "mask_history with train_on_prompt": ({"mask_history": True, "train_on_prompt": True}, "LLAMAFACTORY_REFUSED"),
+    "no model": ({"model_name_or_path": DELETE}, "LLAMAFACTORY_REFUSED"),
+    "logging_steps zero": ({"logging_steps": 0}, "LLAMAFACTORY_REFUSED"),
+    "steps not whole": ({"save_steps": 2.5}, "LLAMAFACTORY_REFUSED"),
+    "best model strategies": (
+        {"load_best_model_at_end": True, "eval_strategy": "steps", "save_strategy": "epoch", "val_size": 0.1},
+        "LLAMAFACTORY_REFUSED",
+    ),
+    "best model steps": (
+        {"load_best_model_at_end": True, "eval_strategy": "steps", "eval_steps": 3, "save_steps": 4, "val_size": 0.1},
+        "LLAMAFACTORY_REFUSED",
+    ),
+    "scheduler needs evaluation": ({"lr_scheduler_type": "reduce_lr_on_plateau"}, "LLAMAFACTORY_REFUSED"),
+    "prefetch without workers": ({"dataloader_prefetch_factor": 2}, "LLAMAFACTORY_REFUSED"),
+    "not a valid choice": ({"lr_scheduler_type": "wavy"}, "LLAMAFACTORY_REFUSED"),
+    "finetuning_type": ({"finetuning_type": "qlora"}, "LLAMAFACTORY_REFUSED"),
+    "output_dir holds a finished run": ({"__build__": _finished_run}, "LLAMAFACTORY_REFUSED"),
+}
+
+
+def _config(model: Path, out: Path, changes: dict[str, Any]) -> dict[str, Any]:
+    config = tiny_train_config(model, out, max_steps=1, max_samples=8, cutoff_len=64, plot_loss=False)
+    for key, value in changes.items():
+        if key == "__build__":
+            value(out)
+        elif value is DELETE:
+            config.pop(key, None)
+        else:
+            config[key] = value
+    return config
+
+
+@contextlib.contextmanager
+def _quiet_environ() -> Iterator[None]:
+    """get_train_args sets environment variables and logs; both are put back."""
+    import os
+
+    saved = dict(os.environ)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def stock_parser_words(config: dict[str, Any]) -> str | None:
+    """LLaMA-Factory's own get_train_args on ``config``: None where it accepts, its words where it refuses."""
+    from llamafactory_rocm.lf.text_only import text_only_llamafactory
+
+    with text_only_llamafactory():
+        from llamafactory.hparams import get_train_args
+    with _quiet_environ():
+        try:
+            get_train_args(dict(config))
+        except (Exception, SystemExit) as exc:
+            return " ".join(str(exc).split()) or type(exc).__name__
+    return None
+
+
+def applied(config: dict[str, Any], remedy: dict[str, Any], working: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with the remedy's changes; a value the user supplies is what the working config had."""
+    fixed = dict(config)
+    own = user_values(remedy)
+    for key, value in remedy.items():
+        if key in own:
+            value = working[key]
+        if value is None:
+            fixed.pop(key, None)
+        else:
+            fixed[key] = value
+    return fixed
+
+
+@pytest.mark.parametrize("case", sorted(TRIGGERS))
+def test_the_fix_passes_the_stock_parser(case: str, tiny_model: Path, tmp_path: Path, monkeypatch) -> None:
+    changes, code = TRIGGERS[case]
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out"
+    working = _config(tiny_model, tmp_path / "unused", {})
+    config = _config(tiny_model, out, changes)
+    if case == "reward model for ppo":
+        working["reward_model"] = str(tiny_model)
+    words = stock_parser_words(config)
+    assert words is not None, f"the stock parser accepts the trigger of {case!r}: the trigger is wrong"
+    report = check_config(config, plan_without_gpu=False)
+    errors = [f for f in report.findings if f.level is Level.ERROR]
+    assert errors, f"check accepts what LLaMA-Factory refuses ({words})"
+    first = errors[0]
+    assert first.code == code, f"the first error is {first.code}, LLaMA-Factory stops on: {words}"
+    assert cause_of(code, words, config).case == case, f"{case!r}: the words {words!r} chose another fix"
+    assert first.remedy, f"{case}: no key change in the fix ({first.fix})"
+    fixed = applied(config, first.remedy, working)
+    again = stock_parser_words(fixed)
+    assert again != words, f"{case}: the fix {first.remedy} leaves LLaMA-Factory's refusal: {words}"
+    refused_again = [f for f in check_config(fixed, plan_without_gpu=False).findings if f.level is Level.ERROR]
+    assert (first.code, first.message) not in {(f.code, f.message) for f in refused_again}
+
+
+def test_a_finished_run_is_never_deleted_by_the_fix(tiny_model: Path, tmp_path: Path, monkeypatch) -> None:
+    """The fix of a folder that holds a trained model writes elsewhere and says what overwrite would replace."""
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out"
+    config = _config(tiny_model, out, {"__build__": _finished_run})
+    first = next(f for f in check_config(config, plan_without_gpu=False).findings if f.level is Level.ERROR)
+    assert first.remedy == {"output_dir": str(tmp_path / "out-2")}
+    assert "remove" not in first.fix.lower() and "replace that trained model" in first.fix
+    assert (out / CHECKPOINT_FILE).read_bytes() == b"trained"
+
+
+def test_the_parser_refusal_comes_before_the_package_rules(tiny_model: Path, tmp_path: Path, monkeypatch) -> None:
+    """bitsandbytes is not installed here: PACKAGE_MISSING is an error too, but LLaMA-Factory's parser stops on
+    quantization with full fine-tuning first (its argument check runs before the model loads)."""
+    pytest.importorskip("pytest")
+    monkeypatch.chdir(tmp_path)
+    config = _config(tiny_model, tmp_path / "out", {"finetuning_type": "full", "quantization_bit": 4})
+    errors = [f.code for f in check_config(config, plan_without_gpu=False).findings if f.level is Level.ERROR]
+    assert errors[0] == "LLAMAFACTORY_REFUSED"
+
+
+# --- every refusal LLaMA-Factory and transformers write as a literal has its own cause ---------------------
+
+
+def _raised_texts(source: str) -> list[str]:
+    """The message of each ``raise XError("...")`` (an f-string's fields as X) in ``source``."""
+    texts = []
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and node.exc.args):
+            continue
+        arg = node.exc.args[0]
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+            texts.append(arg.value)
+        elif isinstance(arg, ast.JoinedStr):
+            texts.append("".join(v.value if isinstance(v, ast.Constant) else "X" for v in arg.values))
+    return texts
+
+
+def _library_refusals() -> list[tuple[str, str]]:
+    from llamafactory_rocm.lf.text_only import text_only_llamafactory
+
+    with text_only_llamafactory():
+        from llamafactory.hparams import data_args, finetuning_args, model_args, parser
+    import transformers.training_args as hf_training_args
+
+    found = []
+    for module in (parser, finetuning_args, data_args, model_args):
+        found += [(module.__name__, t) for t in _raised_texts(inspect.getsource(module))]
+    validate = inspect.getsource(hf_training_args.TrainingArguments._validate_args)
+    found += [("TrainingArguments._validate_args", t) for t in _raised_texts(inspect.cleandoc("\n" + validate))]
+    return found
+
+
+# Refusals no training config reaches through get_train_args: other commands' parsers, environment switches,
+# and messages that carry the user's own words (the keys they name are found by the fallback).
+NOT_TRAINING = (
+    "vLLM engine",  # get_infer_args (chat/api/webchat): rules/serving.py
+    "vLLM only accepts a single adapter",
+    "Quantization dataset is necessary for exporting",  # export
+    "Please use `--export_dir`",
+    "USE_MCA",
+    "mcore_adapter",
+    "Only LoRA method",  # get_infer_args / export
+    "not used by the HfArgumentParser",  # handled as the keys of another command or by UNKNOWN_KEY first
+    "Please provide `model_name_or_path`",  # matched by 'no model' (checked below by the trigger)
+    "Config file",
+    "Unsupported",
+    "requires torch>=0.2.0",  # transformers' check for a torch without reduce_lr_on_plateau: not this torch
+)
+
+
+def test_every_literal_refusal_has_its_own_cause() -> None:
+    unknown = []
+    for where, text in _library_refusals():
+        if any(skip in text for skip in NOT_TRAINING) or len(text.strip()) < 12:
+            continue
+        case = cause_of("LLAMAFACTORY_REFUSED", text, {"output_dir": "out"}).case
+        if case in ("other", "named keys"):
+            unknown.append(f"{where}: {text}")
+    assert not unknown, "refusals without a cause in lf/causes.json:\n" + "\n".join(unknown)
+
+
+def test_each_cause_has_its_fix_in_the_registry() -> None:
+    codes = load_codes()
+    for code, entries in patterns().items():
+        fix = codes.get(code).fix
+        assert isinstance(fix, dict), f"{code}'s fix has no cases"
+        for entry in entries:
+            assert entry.case in fix, f"{code}: cause {entry.case!r} has no fix case"
+        assert {"other", "named keys"} <= set(fix) or code != "LLAMAFACTORY_REFUSED"
+
+
+def test_words_that_name_a_key_get_that_key_and_its_default() -> None:
+    cause = cause_of("LLAMAFACTORY_REFUSED", "`lora_dropout` went somewhere odd", {"lora_dropout": 3.0, "lora": 1})
+    assert (cause.case, cause.key, cause.remedy) == ("named keys", "lora_dropout", {"lora_dropout": None})
+    assert cause.values["default"] == 0.0
