@@ -114,14 +114,18 @@ FILES: dict[str, bytes] = {
 }
 
 
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("fuzz")
+def write_rows(folder: Path) -> Path:
+    """``folder`` with the dataset BASE names (``rows`` in ``data/``), two rows."""
     data = folder / "data"
     data.mkdir()
     (data / "rows.json").write_text(json.dumps([{"instruction": "q", "input": "", "output": "a"}] * 2))
     (data / "dataset_info.json").write_text(json.dumps({"rows": {"file_name": "rows.json"}}))
     return folder
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_rows(tmp_path_factory.mktemp("fuzz"))
 
 
 def run_check(path: Path, workdir: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[int, str, str]:

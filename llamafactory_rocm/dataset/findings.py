@@ -85,8 +85,8 @@ def dataset_names(value: Any) -> list[str]:
 def _workers(value: Any) -> int | None:
     try:
         return None if value is None else int(value)
-    except (TypeError, ValueError):
-        return None  # LLaMA-Factory's own argument parser says so
+    except (TypeError, ValueError, OverflowError):  # OverflowError: int(.inf)
+        return None  # the value rules say so (rules/values.py)
 
 
 def _quiet_info(folder: Path) -> dict[str, Any] | None:

@@ -91,6 +91,8 @@ def _count_rows(launch: Launch, module: Mapping[str, Any], split: _SplitSpy) -> 
     train = module.get("train_dataset")
     evals = module.get("eval_dataset")
     rows = {"train": len(train) if train is not None else 0}
+    if train is not None and "input_ids" in train.column_names:  # sft/pt rows (pairwise rows: not read)
+        launch.run.train_lengths = tuple(len(ids) for ids in train["input_ids"])
     if isinstance(evals, dict):
         rows["eval"] = sum(len(d) for d in evals.values())
     else:

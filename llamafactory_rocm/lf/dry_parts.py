@@ -33,6 +33,9 @@ class DryRun:
     not_checked: list[str] = field(default_factory=list)  # "not checked: <what> (<why>)"
     rows: dict[str, int] | None = None  # {"train": n, "eval": m} after LLaMA-Factory's processing
     rows_estimated: bool = False  # True when the rows were capped and the counts scaled to the full data
+    # the token count of each train row LLaMA-Factory's pipeline left (the capped rows: a sample where
+    # rows_estimated), for the forecast's padded tokens (forecast/tokens.py); None where not read
+    train_lengths: tuple[int, ...] | None = None
     resume: Resume | None = None
     stage: str | None = None
     data_stage: str | None = None

@@ -9,8 +9,8 @@ packages are what is checked (an optimizer's or a reporter's optional package).
 from __future__ import annotations
 
 import dataclasses
-import math
 
+from ..forecast.work import work_of
 from ..memory import optimizer_state_bytes
 from .dry_parts import Launch, _words
 
@@ -75,7 +75,7 @@ def trainer_setup(launch: Launch) -> None:
                 num_training_steps=steps,
                 scheduler_specific_kwargs=args.lr_scheduler_kwargs,
             )
-        except (ImportError, ValueError, TypeError) as exc:
+        except (ImportError, ValueError, TypeError, OverflowError) as exc:  # OverflowError: warmup_steps: .inf
             launch.run.error(
                 code="SCHEDULER_REFUSED",
                 message=f"transformers' get_scheduler refused lr_scheduler_type {args.lr_scheduler_type.value}: "
@@ -105,9 +105,5 @@ def trainer_setup(launch: Launch) -> None:
 
 
 def planned_steps(launch: Launch) -> int:
-    args = launch.training_args
-    if args.max_steps and args.max_steps > 0:
-        return int(args.max_steps)
-    rows = launch.train_rows or 1
-    per_step = max(args.train_batch_size, 1) * max(args.gradient_accumulation_steps, 1)
-    return max(1, math.ceil(rows / per_step * float(args.num_train_epochs)))
+    """The run's optimizer steps as the trainer counts them (forecast/work.py, the one owner)."""
+    return work_of(launch.training_args, launch.train_rows or 1).steps

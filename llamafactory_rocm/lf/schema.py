@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -24,6 +25,18 @@ class ValueProblem:
     key: str
     value: Any
     expected: str
+    works: str = ""  # ", such as 8 (LLaMA-Factory's default)": a value the field takes, for the fix
+
+
+@dataclass(frozen=True)
+class NotFinite:
+    """``.inf``, ``-.inf`` or ``.nan`` in a float field: a float, so ``parse_dict`` and the field take it as
+    it is, and the trainer computes with it (``learning_rate: .inf``) or refuses it where it is used (torch's
+    AdamW: "Invalid learning rate: nan"; transformers' ``get_warmup_steps``: ``int(inf)``)."""
+
+    key: str
+    value: float
+    works: str
 
 
 @dataclass(frozen=True)
@@ -67,6 +80,21 @@ class Schema:
     def values_not_choices(self, config: Mapping[str, Any]) -> list[NotAChoice]:
         """Each value outside its field's choices, which LLaMA-Factory's YAML path does not check itself."""
         return [found for found in self._judge_values(config) if isinstance(found, NotAChoice)]
+
+    def nonfinite_values(self, config: Mapping[str, Any]) -> list[NotFinite]:
+        """Each float field given a value that is not a finite number (YAML's ``.inf``, ``-.inf``, ``.nan``).
+        A whole-number field refuses it as not a whole number (``value_problems``), as ``int("inf")`` does
+        on the command line."""
+        if self.parser is None:
+            return []
+        found = []
+        for key, value in config.items():
+            action = self.parser._option_string_actions.get(f"--{key}")
+            if action is None or action.type is not float or isinstance(value, bool):
+                continue
+            if isinstance(value, float) and not math.isfinite(value):
+                found.append(NotFinite(key, value, _works(action)))
+        return found
 
     def unconverted_values(self, config: Mapping[str, Any]) -> list[ValueProblem]:
         """Each value handed on as another type than its string field's (``cache_dir: true``,
@@ -146,7 +174,7 @@ def _judge(action: argparse.Action, key: str, value: Any) -> ValueProblem | Coer
     if _typed(action):
         new = _lossless(kind, value)
         if new is None:
-            return ValueProblem(key, value, expected)
+            return ValueProblem(key, value, expected, _works(action))
         return None if new is _UNCHANGED else Coercion(key, value, new, expected)
     if not _converts(action, value):
         return ValueProblem(key, value, expected)
@@ -221,6 +249,19 @@ def _cli_text(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+def _works(action: argparse.Action) -> str:
+    """A value a number field takes, for a fix: its default in LLaMA-Factory's (or transformers') dataclass,
+    which HfArgumentParser makes the action's default; none for other fields."""
+    if action.type not in (int, float):
+        return ""
+    default = action.default
+    if default is None:
+        return ", or leave it out (LLaMA-Factory's default: none)"
+    if isinstance(default, (int, float)) and not isinstance(default, bool) and math.isfinite(default):
+        return f", such as {default!r} (LLaMA-Factory's default)"
+    return ""
 
 
 def _expected(action: argparse.Action) -> str:

@@ -10,6 +10,11 @@ change, so the run trains as written); a value that has none is refused, naming 
 left alone. A value outside a field's choices is said (``VALUE_NOT_A_CHOICE``, a warning) and never
 refused here: ``parse_dict`` checks no choices, and LLaMA-Factory trains with many such values
 (``pref_loss: hinge2``); where it does not, its own parser or the dry run refuses them in its words.
+A float field given ``.inf``, ``-.inf`` or ``.nan`` is said (``VALUE_NOT_FINITE``, a warning naming a value
+that works): LLaMA-Factory's parser takes it and it trains or stops as the stock run would, decided by
+LLaMA-Factory's parser and the launch run dry (tests/test_values_nonfinite.py holds every number key to
+the stock parser); a whole-number field refuses it (``VALUE_INVALID``), as ``int("inf")`` does on the
+command line.
 """
 
 from __future__ import annotations
@@ -52,9 +57,22 @@ def refuse_unconvertible_values(config: Mapping[str, Any], env: Mapping[str, str
             key=problem.key,
             old=problem.value,
             message=f"{problem.key}: {problem.value!r} is not {problem.expected}.",
-            fix_with={"key": problem.key, "expected": problem.expected},
+            fix_with={"key": problem.key, "expected": problem.expected, "works": problem.works},
         )
         for problem in ctx.schema.value_problems(config)
+    ]
+    findings += [
+        Finding(
+            code="VALUE_NOT_FINITE",
+            level=Level.WARNING,
+            key=found.key,
+            old=found.value,
+            message=f"{found.key}: {found.value!r} is not a finite number. LLaMA-Factory's parser takes it as it "
+            "is and the trainer computes with it, or refuses it where it uses it (said below when the launch "
+            "run dry reaches that step).",
+            fix_with={"key": found.key, "works": found.works},
+        )
+        for found in ctx.schema.nonfinite_values(new)  # after coercion: `"nan"` is rewritten to nan
     ]
     findings += [
         Finding(

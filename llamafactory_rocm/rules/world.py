@@ -12,13 +12,13 @@ arithmetic), #w2 (network interfaces), #w3 (MI300X environment), #w4 (Ray's visi
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..findings import Finding, Level
+from ..forecast.work import optimizer_steps
 from .base import Context, Step, env_enabled, lf_value, unchanged
 from .multi_gpu import iommu_pt_missing
 
@@ -192,8 +192,14 @@ def world_batch(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context)
             )
         else:
             # the trainer's arithmetic: batches are dealt to the ranks, then accumulated (docs/rocm-facts.md#w1)
-            per_rank = math.ceil(math.ceil(train_rows / per_device) / world.size)
-            steps = max(math.ceil(per_rank / accumulation), 1)
+            steps = optimizer_steps(
+                rows=train_rows,
+                per_device_batch=per_device,
+                accumulation=accumulation,
+                num_train_epochs=1,
+                world_size=world.size,
+                drop_last=bool(config.get("dataloader_drop_last", False)),
+            ).steps_per_epoch
             plan += f"; {train_rows} rows make {steps} optimizer steps per epoch"
     findings.append(
         Finding(

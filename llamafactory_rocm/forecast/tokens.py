@@ -1,0 +1,116 @@
+"""The tokens a run processes, padding included, from the lengths of the rows LLaMA-Factory's pipeline left.
+
+A micro-batch is padded to its longest row, rounded up to the collator's ``pad_to_multiple_of``; transformers'
+``include_num_input_tokens_seen`` ("all", what ``true`` means) counts ``input_ids.numel()`` of each micro-batch
+on each rank (trainer.py ``_track_num_input_tokens``), so padding is in the count. The trainer's sampler
+shuffles with a generator seeded at run time, so which rows meet in a batch is not known before the run: the
+forecast is the expectation of each batch's padded length over the random batches of its size (the order
+statistic of the longest row of k drawn from n: P(longest <= l_i) = C(i, k) / C(n, k) without replacement, where
+the lengths are the whole train split, or (i / n)^k where they are a sample of it), summed over the micro-batch
+sizes accelerate deals (forecast/work.py).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .work import Work
+
+# The collator each data stage's workflow builds, and the multiple it pads to:
+# sft: train/sft/workflow.py run_sft, SFTDataCollatorWith4DAttentionMask(pad_to_multiple_of=8 if do_train);
+# pt: train/pt/workflow.py run_pt, DataCollatorForLanguageModeling (no multiple).
+# (pinned on the real collators by tests/test_forecast_tokens.py)
+PAD_MULTIPLE = {"sft": 8, "pt": 1}
+
+
+@dataclass(frozen=True)
+class Tokens:
+    total: int  # tokens the run processes, padding included (num_input_tokens_seen with "all")
+    spread: float  # one standard deviation of that total over the sampler's random batches
+    real: int  # tokens that are not padding
+    per_step: float  # the mean over optimizer steps, all ranks together
+    padding_share: float  # padding / total
+    sample_rows: int  # the rows whose lengths were read
+    sampled: bool  # True when those rows are a sample of the train split (the dry run's rows_cap)
+    longest_batch: int  # the longest padded micro-batch row the run can meet (max length, rounded)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "total": self.total,
+            "not_padding": self.real,
+            "spread": round(self.spread),
+            "per_step": round(self.per_step, 1),
+            "padding_share": round(self.padding_share, 4),
+            "lengths_read": self.sample_rows,
+            "lengths_sampled": self.sampled,
+        }
+
+
+def _rounded(length: int, multiple: int) -> int:
+    return -(-length // multiple) * multiple
+
+
+def padded_moments(lengths: Sequence[int], batch: int, multiple: int, *, sample: bool) -> tuple[float, float]:
+    """The mean and variance of the ``numel`` of a batch of ``batch`` random rows (batch x rounded longest row)."""
+    ordered = sorted(lengths)
+    n = len(ordered)
+    if n == 0 or batch <= 0:
+        return 0.0, 0.0
+    if not sample and batch >= n:
+        return float(batch * _rounded(ordered[-1], multiple)), 0.0
+    first = second = 0.0
+    below = 0.0  # P(longest <= ordered[i - 1])
+    for i, length in enumerate(ordered, start=1):
+        at_most = (i / n) ** batch if sample else math.comb(i, batch) / math.comb(n, batch)
+        numel = batch * _rounded(length, multiple)
+        first += (at_most - below) * numel
+        second += (at_most - below) * numel * numel
+        below = at_most
+    return first, max(second - first * first, 0.0)
+
+
+def expected_padded(lengths: Sequence[int], batch: int, multiple: int, *, sample: bool) -> float:
+    """The expected ``numel`` of a batch of ``batch`` random rows: batch x E[rounded longest row]."""
+    return padded_moments(lengths, batch, multiple, sample=sample)[0]
+
+
+def run_tokens(lengths: Sequence[int], work: Work, multiple: int, *, sampled: bool) -> Tokens | None:
+    """The run's tokens: each micro-batch size accelerate deals in one epoch, its expected padded ``numel``,
+    over the micro-batches the run runs (whole epochs, then the last epoch's share of them)."""
+    if not lengths or work.batches_per_rank == 0:
+        return None
+    mean_length = sum(lengths) / len(lengths)
+    cache: dict[int, tuple[float, float]] = {}
+
+    def padded(size: int) -> tuple[float, float]:
+        if size not in cache:
+            cache[size] = padded_moments(lengths, size, multiple, sample=sampled)
+        return cache[size]
+
+    per_epoch_batches = work.batches_per_rank
+    # micro-batch i of an epoch on every rank (rank-major sizes)
+    sizes = [work.batch_sizes[r * per_epoch_batches : (r + 1) * per_epoch_batches] for r in range(work.world_size)]
+    full_epochs, steps_left = divmod(work.steps, work.steps_per_epoch)
+    last_batches = min(steps_left * work.accumulation, per_epoch_batches)
+    total = real = variance = 0.0
+    for rank in sizes:
+        for i, size in enumerate(rank):
+            times = full_epochs + (1 if i < last_batches else 0)
+            mean, spread = padded(size)
+            total += times * mean
+            variance += times * spread  # batches taken as independent: an upper bound for one partition
+            real += times * size * mean_length
+    longest = _rounded(max(lengths), multiple)
+    return Tokens(
+        total=round(total),
+        spread=math.sqrt(variance),
+        real=round(real),
+        per_step=total / work.steps if work.steps else 0.0,
+        padding_share=1 - real / total if total else 0.0,
+        sample_rows=len(lengths),
+        sampled=sampled,
+        longest_batch=longest,
+    )

@@ -1,0 +1,123 @@
+"""The work a run does, counted as transformers' ``Trainer`` counts it: the one owner of optimizer steps,
+micro-batches per rank and the world size they are dealt to.
+
+Nothing here is restated arithmetic: the dataloader's length on each rank is the length of a torch
+``DataLoader`` over the train rows' indices, prepared by accelerate's ``prepare_data_loader`` as
+``Trainer._get_dataloader`` prepares it (``accelerator.prepare``: batches dealt to the ranks, the short ones
+filled from the start with ``even_batches``); the steps are ``Trainer.set_initial_training_values``'s
+(``num_update_steps_per_epoch`` from ``len(train_dataloader)`` and ``gradient_accumulation_steps``, then
+``max_steps`` or ``ceil(num_train_epochs x steps per epoch)``), called on a stand-in trainer that answers the
+three questions it asks (tests/test_forecast_work.py pins the result to a stock run's ``global_step``).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Work:
+    rows: int  # train rows after LLaMA-Factory's pipeline (max_samples, val_size, packing)
+    world_size: int  # data-parallel ranks the batches are dealt to
+    per_device_batch: int
+    accumulation: int
+    batches_per_rank: int  # len(train_dataloader) on each rank, one epoch
+    steps_per_epoch: int  # the trainer's num_update_steps_per_epoch
+    steps: int  # the trainer's max_steps: the run's final global_step
+    epochs: int  # epochs the trainer loops over (the last one may stop early at max_steps)
+    # the rows in each micro-batch of one epoch, on every rank (rank-major), as accelerate deals them
+    batch_sizes: tuple[int, ...] = ()
+
+    @property
+    def micro_batches(self) -> int:
+        """Micro-batches each rank runs over the whole run: full epochs, then the last epoch's share."""
+        full, left = divmod(self.steps, self.steps_per_epoch)
+        return full * self.batches_per_rank + min(left * self.accumulation, self.batches_per_rank)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "rows": self.rows,
+            "world_size": self.world_size,
+            "per_device_train_batch_size": self.per_device_batch,
+            "gradient_accumulation_steps": self.accumulation,
+            "batches_per_rank_per_epoch": self.batches_per_rank,
+            "steps_per_epoch": self.steps_per_epoch,
+            "steps": self.steps,
+            "epochs": self.epochs,
+        }
+
+
+@functools.lru_cache(maxsize=256)
+def dealt_batches(rows: int, batch: int, world_size: int, drop_last: bool) -> tuple[tuple[int, ...], ...]:
+    """The size of every micro-batch each rank gets in one epoch: a torch DataLoader over ``rows`` indices,
+    prepared by accelerate for each rank as the trainer's ``accelerator.prepare`` does (no data is read)."""
+    import torch
+    from accelerate.data_loader import prepare_data_loader
+
+    loader = torch.utils.data.DataLoader(range(rows), batch_size=batch, drop_last=drop_last)
+    if world_size == 1:
+        return (tuple(len(b) for b in loader),)
+    return tuple(
+        tuple(len(b) for b in prepare_data_loader(loader, num_processes=world_size, process_index=rank))
+        for rank in range(world_size)
+    )
+
+
+def optimizer_steps(
+    *,
+    rows: int,
+    per_device_batch: int,
+    accumulation: int,
+    num_train_epochs: float,
+    max_steps: int = -1,
+    world_size: int = 1,
+    drop_last: bool = False,
+) -> Work:
+    """The run's steps as ``Trainer.set_initial_training_values`` computes them for these rows."""
+    import torch
+    from transformers import Trainer
+
+    dealt = dealt_batches(rows, per_device_batch, world_size, drop_last)
+    length = len(dealt[0])  # every rank's dataloader has the same length (even_batches)
+    args = SimpleNamespace(
+        max_steps=max_steps, num_train_epochs=num_train_epochs, gradient_accumulation_steps=accumulation
+    )
+    # The stand-in answers what set_initial_training_values asks of the trainer: the batch total (logged
+    # only), the sequence-parallel size (1: LLaMA-Factory sets no ParallelismConfig) and num_examples.
+    stand_in = SimpleNamespace(
+        get_total_train_batch_size=lambda _args: per_device_batch * accumulation * world_size,
+        get_sp_size=lambda: 1,
+        num_examples=lambda _loader: rows,
+    )
+    sized = torch.utils.data.DataLoader(range(length))  # only its len() is read
+    epochs, per_epoch, _examples, _samples, _total, _in_epoch, steps = Trainer.set_initial_training_values(
+        stand_in, args, sized
+    )
+    return Work(
+        rows=rows,
+        world_size=world_size,
+        per_device_batch=per_device_batch,
+        accumulation=accumulation,
+        batches_per_rank=length,
+        steps_per_epoch=per_epoch,
+        steps=int(steps),
+        epochs=int(epochs),
+        batch_sizes=tuple(n for rank in dealt for n in rank),
+    )
+
+
+def work_of(training_args: Any, rows: int, world_size: int | None = None) -> Work:
+    """``optimizer_steps`` for transformers' parsed ``TrainingArguments`` (LLaMA-Factory's, as
+    ``get_train_args`` returns them); ``world_size`` defaults to the arguments' own."""
+    return optimizer_steps(
+        rows=rows,
+        per_device_batch=max(int(training_args.per_device_train_batch_size), 1),
+        accumulation=max(int(training_args.gradient_accumulation_steps), 1),
+        num_train_epochs=float(training_args.num_train_epochs),
+        max_steps=int(training_args.max_steps),
+        world_size=world_size if world_size is not None else max(int(training_args.world_size), 1),
+        drop_last=bool(training_args.dataloader_drop_last),
+    )

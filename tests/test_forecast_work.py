@@ -1,0 +1,106 @@
+"""The forecast's steps and tokens against stock LLaMA-Factory runs (hook off, LLAMAFACTORY_ROCM=0) on the tiny
+model: ``global_step`` and ``num_input_tokens_seen`` (include_num_input_tokens_seen: true, "all") of each run's
+trainer_state.json, never our own arithmetic."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from llamafactory_rocm.forecast.tokens import PAD_MULTIPLE, expected_padded, run_tokens
+from llamafactory_rocm.forecast.work import optimizer_steps, work_of
+from llamafactory_rocm.lf.dry_run import dry_launch
+from tests.conftest import tiny_train_config
+from tests.stock_runner import hook_off_env, run_alone
+
+pytestmark = pytest.mark.trainer
+
+# id -> overrides of the tiny LoRA SFT config (64 rows, batch 4): each changes what the step count or the
+# padding depends on. cutoff_len 1024 keeps the rows' uneven lengths (at 128 nearly every row is cut to 128).
+CASES = {
+    "epochs": dict(max_steps=-1, num_train_epochs=1.0, per_device_train_batch_size=3),
+    "fractional-epochs-accumulation": dict(
+        max_steps=-1, num_train_epochs=2.5, per_device_train_batch_size=3, gradient_accumulation_steps=4
+    ),
+    "max-steps-across-epochs": dict(max_steps=11, per_device_train_batch_size=5, gradient_accumulation_steps=3),
+    "packing": dict(max_steps=-1, num_train_epochs=2.0, packing=True, per_device_train_batch_size=2),
+    "max-samples-val-size": dict(
+        max_steps=-1,
+        num_train_epochs=1.0,
+        max_samples=300,
+        val_size=0.3,
+        per_device_train_batch_size=2,
+        gradient_accumulation_steps=2,
+    ),
+    "drop-last-long-cutoff": dict(
+        max_steps=-1,
+        num_train_epochs=1.0,
+        max_samples=45,
+        dataloader_drop_last=True,
+        cutoff_len=256,
+        per_device_train_batch_size=4,
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def stock_runs(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    work = tmp_path_factory.mktemp("forecast-stock")
+    cases, configs = [], {}
+    for name, overrides in CASES.items():
+        out = work / name
+        config = tiny_train_config(tiny_model, out, save_strategy="no", logging_steps=100)
+        config.update(cutoff_len=1024, include_num_input_tokens_seen=True)
+        config.update(overrides)
+        configs[name] = config
+        path = work / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(config))
+        cases.append({"id": name, "dir": str(work), "args": [str(path)]})
+    results, proc = run_alone(cases, work, hook_off_env(work), name="forecast", timeout=900)
+    states = {}
+    for name, config in configs.items():
+        assert results.get(name, {}).get("exit") == 0, (name, results.get(name), proc.stderr[-3000:])
+        states[name] = json.loads((Path(config["output_dir"]) / "trainer_state.json").read_text())
+    return {"configs": configs, "states": states}
+
+
+def _forecast(config: dict, output_dir: Path):
+    from llamafactory.hparams import get_train_args
+
+    config = {**config, "output_dir": str(output_dir)}  # the stock run's folder holds its results
+    dry = dry_launch(config)
+    assert dry.rows and dry.train_lengths, dry.not_checked
+    training_args = get_train_args(dict(config))[2]
+    work = work_of(training_args, dry.rows["train"], world_size=1)
+    tokens = run_tokens(dry.train_lengths, work, PAD_MULTIPLE[dry.data_stage], sampled=dry.rows_estimated)
+    return work, tokens
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_steps_equal_the_stock_runs_global_step_and_tokens_are_within_2_percent(name, stock_runs, tmp_path):
+    work, tokens = _forecast(stock_runs["configs"][name], tmp_path / "out")
+    state = stock_runs["states"][name]
+    assert work.steps == state["global_step"]
+    seen = state["num_input_tokens_seen"]
+    print(
+        f"FORECAST {name}: steps {work.steps} vs global_step {state['global_step']}; tokens {tokens.total} vs "
+        f"{seen} ({tokens.total / seen - 1:+.2%}, sd {tokens.spread / seen:.2%}), padding {tokens.padding_share:.1%}"
+    )
+    assert abs(tokens.total - seen) / seen < 0.02, (tokens, seen)
+
+
+def test_two_ranks_deal_the_batches_as_accelerate_does():
+    # 10 rows, batch 3, 2 ranks: 4 batches, 2 per rank; the short last one filled from the start
+    work = optimizer_steps(rows=10, per_device_batch=3, accumulation=1, num_train_epochs=1, world_size=2)
+    assert (work.batches_per_rank, work.steps, work.batch_sizes) == (2, 2, (3, 3, 3, 3))
+
+
+def test_expected_padding_is_the_mean_over_every_batch_of_that_size():
+    from itertools import combinations
+
+    lengths = [3, 9, 17, 4, 30, 8]
+    every = [max(-(-lengths[i] // 8) * 8 for i in pair) * 2 for pair in combinations(range(6), 2)]
+    assert expected_padded(lengths, 2, 8, sample=False) == pytest.approx(sum(every) / len(every))
