@@ -141,15 +141,30 @@ def meta_load_model(load_model: Callable[..., Any]) -> Callable[..., Any]:
     import torch
 
     def load(tokenizer: Any, model_args: Any, finetuning_args: Any, *args: Any, **kwargs: Any) -> Any:
-        saved = model_args.train_from_scratch
+        saved, default = model_args.train_from_scratch, torch.get_default_dtype()
         model_args.train_from_scratch = True
         try:
             with torch.device("meta"):
+                torch.set_default_dtype(_checkpoint_dtype(model_args.model_name_or_path) or default)
                 return load_model(tokenizer, model_args, finetuning_args, *args, **kwargs)
         finally:
             model_args.train_from_scratch = saved
+            torch.set_default_dtype(default)
 
     return load
+
+
+def _checkpoint_dtype(name_or_path: str) -> Any:
+    """The dtype ``from_pretrained(torch_dtype="auto")`` gives a model whose config.json names none (gpt-oss):
+    transformers reads it from the weights, which are not read here, so half precision (bfloat16), what
+    released checkpoints ship, is assumed, as memory.checkpoint_weight_bytes assumes. None where config.json
+    names one: ``from_config`` builds in it as ``from_pretrained`` loads in it."""
+    import torch
+
+    from ..memory import model_config_for
+
+    found = model_config_for(name_or_path) or {}
+    return None if found.get("torch_dtype") or found.get("dtype") else torch.bfloat16
 
 
 class _Stages:
