@@ -268,3 +268,50 @@ def test_words_that_name_a_key_get_that_key_and_its_default() -> None:
     cause = cause_of("LLAMAFACTORY_REFUSED", "`lora_dropout` went somewhere odd", {"lora_dropout": 3.0, "lora": 1})
     assert (cause.case, cause.key, cause.remedy) == ("named keys", "lora_dropout", {"lora_dropout": None})
     assert cause.values["default"] == 0.0
+
+
+# --- the keys people mean, and a stage no installable trl can run ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("written", "meant"),
+    [
+        ("model_max_length", "cutoff_len"),
+        ("per_device_batch_size", "per_device_train_batch_size"),
+        ("max_seq_len", "cutoff_len"),
+        ("target_modules", "lora_target"),
+        ("num_epochs", "num_train_epochs"),
+    ],
+)
+def test_a_known_mix_up_names_the_key_training_reads(written: str, meant: str) -> None:
+    from llamafactory_rocm.lf.schema import train_keys
+    from llamafactory_rocm.rules.blog_keys import closest_key, generation_keys
+
+    keys = train_keys()
+    assert written not in keys and meant in keys
+    assert closest_key(written, keys) == meant
+    assert meant not in generation_keys()
+
+
+def test_a_typo_is_never_sent_to_a_key_training_ignores(tiny_model: Path, tmp_path: Path, monkeypatch) -> None:
+    """A generation key (GeneratingArguments) is accepted by the train parser and unused by training: stock
+    get_train_args takes ``max_length: 7`` without complaint, so a typo renamed to it would be lost silently."""
+    from llamafactory_rocm.lf.schema import train_keys
+    from llamafactory_rocm.rules.blog_keys import closest_key, generation_keys
+
+    monkeypatch.chdir(tmp_path)
+    config = _config(tiny_model, tmp_path / "out", {"max_length": 7})
+    assert stock_parser_words(config) is None
+    assert "max_length" in generation_keys()
+    assert closest_key("max_lenght", train_keys()) not in generation_keys()
+
+
+def test_the_ppo_trainer_pin_conflicts_with_llamafactory_itself() -> None:
+    """LLaMA-Factory's PPO trainer requires trl<=0.9.6 (train/ppo/trainer.py) and its start-up check trl>=0.18
+    (extras/misc.py check_dependencies, recorded by running it): the fix must not be the downgrade."""
+    from llamafactory_rocm.lf.stages import conflicting_requirement, own_requirements, trainer_requirements
+
+    (pin,) = [r for r in trainer_requirements("ppo") if r.startswith("trl")]
+    own = next(r for r in own_requirements() if r.startswith("trl"))
+    assert conflicting_requirement(pin) == own
+    assert conflicting_requirement(own) is None

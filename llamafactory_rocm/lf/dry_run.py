@@ -38,7 +38,7 @@ from .dry_model import build_model, build_workflow_models, tokenizer_and_templat
 from .dry_parts import DryRun, Launch, _hub_offline, _words, reachable
 from .dry_resume import check_resume
 from .dry_trainer import trainer_setup
-from .stages import NoWorkflow, UnknownStage, data_stage, trainer_requirements
+from .stages import NoWorkflow, UnknownStage, conflicting_requirement, data_stage, trainer_requirements
 from .text_only import text_only_llamafactory
 from .verdict import _quiet, _restored_environ
 
@@ -69,7 +69,7 @@ def dry_launch(config: Mapping[str, Any], *, rows_cap: int = 256, deepspeed_else
             run.skip("LLaMA-Factory's launch after get_train_args", f"get_train_args refused the config: {_words(exc)}")
             return run
         run.timings["parse"] = time.perf_counter() - start
-        launch = Launch(run, tmp, rows_cap, *args[:4], deepspeed_elsewhere=deepspeed_elsewhere)
+        launch = Launch(run, tmp, rows_cap, *args[:4], deepspeed_elsewhere=deepspeed_elsewhere, config=dict(config))
         try:
             _go(launch)
         except (TypeError, AttributeError) as exc:
@@ -151,25 +151,46 @@ def _check_stage_requirements(launch: Launch) -> None:
         try:
             require_version(requirement)
         except ImportError as exc:
+            own = conflicting_requirement(requirement)
             launch.run.error(
                 code="STAGE_PACKAGE_VERSION",
                 message=f"LLaMA-Factory's {stage} trainer requires {requirement} (train/{stage}/trainer.py "
-                f"require_version), checked when it is built after the model is loaded: {_words(exc)}",
-                fix_with={"requirement": requirement},
+                f"require_version), checked when it is built after the model is loaded: {_words(exc)}"
+                + (f"; LLaMA-Factory itself requires {own} at start-up, so no version serves both" if own else ""),
+                fix_as="conflict" if own else "install",
+                fix_with={"requirement": requirement, "own": own, "stage": stage},
                 key="stage",
             )
 
 
 def _check_output_dir(launch: Launch) -> None:
     out = launch.training_args.output_dir
+    if not out:
+        return
     # transformers' Trainer.save_model/_save: os.makedirs(output_dir, exist_ok=True) raises
     # FileExistsError on a file, at the first save (after the first save_steps of training).
-    if out and os.path.exists(out) and not os.path.isdir(out):
+    if os.path.exists(out) and not os.path.isdir(out):
         launch.run.error(
             code="OUTPUT_DIR_NOT_A_FOLDER",
             message=f"output_dir {out} is a file: the trainer's first save "
             "(os.makedirs(output_dir, exist_ok=True)) "
             "raises FileExistsError after the first save_steps.",
+            key="output_dir",
+        )
+        return
+    # The trainer creates output_dir (os.makedirs) and writes into it. Asked of the file system itself: a
+    # folder made and removed at once in output_dir, or where os.makedirs would make its first folder (a
+    # parent that is a file: NotADirectoryError; read-only or /proc: OSError, as the real makedirs).
+    base = os.path.abspath(out)
+    while not os.path.lexists(base):
+        base = os.path.dirname(base)
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".lfrocm-probe-", dir=base))
+    except OSError as exc:
+        launch.run.error(
+            code="OUTPUT_DIR_NOT_CREATABLE",
+            message=f"output_dir {out} cannot be created or written: at {base}, {type(exc).__name__}: {_words(exc)}",
+            fix_with={"value": os.path.join("saves", os.path.basename(os.path.normpath(out)) or "run")},
             key="output_dir",
         )
 

@@ -113,3 +113,41 @@ def _called_name(func: ast.expr) -> str | None:
     if isinstance(func, ast.Attribute):
         return func.attr
     return None
+
+
+@cache
+def own_requirements() -> tuple[str, ...]:
+    """The versions LLaMA-Factory itself requires at start-up (extras/misc.py ``check_dependencies``, called by
+    its CLI before any command), recorded by running it with its ``check_version`` answering nothing."""
+    from unittest import mock
+
+    from .text_only import text_only_llamafactory
+
+    with text_only_llamafactory():
+        from llamafactory.extras import misc
+
+    recorded: list[str] = []
+    with mock.patch.object(misc, "check_version", lambda requirement, *a, **k: recorded.append(requirement)):
+        misc.check_dependencies()
+    return tuple(recorded)
+
+
+def conflicting_requirement(requirement: str) -> str | None:
+    """LLaMA-Factory's own requirement of the same package when no version satisfies both (0.9.5's PPO
+    trainer: trl<=0.9.6 against its start-up check trl>=0.18.0); None where one does."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        wanted = Requirement(requirement)
+    except InvalidRequirement:
+        return None
+    for own_text in own_requirements():
+        own = Requirement(own_text)
+        if own.name.lower() != wanted.name.lower():
+            continue
+        # a version both accept lies at one of their bounds, or just above one (a bound excluded)
+        bounds = [s.version for s in (*wanted.specifier, *own.specifier)]
+        candidates = [*bounds, *(f"{b}.post1" for b in bounds)]
+        if not any(v in wanted.specifier and v in own.specifier for v in candidates):
+            return own_text
+    return None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
+from functools import cache
 from typing import Any
 
 from ..findings import Finding, Level
@@ -39,8 +40,30 @@ _HINTS = {
     "lr": "learning_rate",
     "epochs": "num_train_epochs",
     "batch_size": "per_device_train_batch_size",
+    "per_device_batch_size": "per_device_train_batch_size",
+    "train_batch_size": "per_device_train_batch_size",
+    "micro_batch_size": "per_device_train_batch_size",
+    "gradient_accumulation": "gradient_accumulation_steps",
+    "grad_accum": "gradient_accumulation_steps",
+    "num_epochs": "num_train_epochs",
     "max_seq_length": "cutoff_len",
-    "max_length": "cutoff_len",
+    "max_seq_len": "cutoff_len",
+    "seq_len": "cutoff_len",
+    "sequence_len": "cutoff_len",
+    "model_max_length": "cutoff_len",
+    "target_modules": "lora_target",
+    "lora_target_modules": "lora_target",
+    "lora_targets": "lora_target",
+    "base_model": "model_name_or_path",
+    "model_path": "model_name_or_path",
+    "data_path": "dataset",
+    "dataset_path": "dataset",
+    "lr_scheduler": "lr_scheduler_type",
+    "scheduler": "lr_scheduler_type",
+    "load_in_4bit": "use quantization_bit: 4 (QLoRA, with finetuning_type: lora)",
+    "load_in_8bit": "use quantization_bit: 8 (with finetuning_type: lora)",
+    "gradient_checkpointing": "gradient checkpointing is on by default: remove the key "
+    "(disable_gradient_checkpointing: true turns it off)",
 }
 
 
@@ -141,10 +164,29 @@ def _deepspeed_backend(raw: Any) -> Finding:
 
 
 def closest_key(key: str, known: frozenset[str]) -> str | None:
+    """The key meant: a known mix-up first (``model_max_length`` is ``cutoff_len``), then the closest spelling
+    among the keys training reads; never a generation key (``max_length``, ``top_p``: accepted by the train
+    parser and then unused by training, so a typo "fixed" to one would be ignored silently)."""
     if key in _HINTS:
         return _HINTS[key]
-    close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
+    close = difflib.get_close_matches(key, sorted(known - generation_keys()), n=1, cutoff=0.6)
     return close[0] if close else None
+
+
+@cache
+def generation_keys() -> frozenset[str]:
+    """The fields of LLaMA-Factory's GeneratingArguments (hparams/generating_args.py): read by chat, api and
+    do_predict's generation only."""
+    import dataclasses
+
+    try:
+        from ..lf.text_only import text_only_llamafactory
+
+        with text_only_llamafactory():
+            from llamafactory.hparams import GeneratingArguments
+    except Exception:  # LLaMA-Factory not importable: the shipped key list serves, no exclusion
+        return frozenset()
+    return frozenset(f.name for f in dataclasses.fields(GeneratingArguments))
 
 
 # Reported by their own rules above when their value cannot be translated: not twice.
@@ -161,11 +203,11 @@ def refuse_unknown_keys(config: Mapping[str, Any], env: Mapping[str, str], ctx: 
     for key in unknown:
         hint = closest_key(key, ctx.known_keys)
         if hint is None:
-            fix: dict[str, Any] = {"fix_as": "no_match"}
+            fix: dict[str, Any] = {"fix_as": "no_match", "remedy": {key: None}}
         elif " " in hint:  # a sentence from _HINTS
             fix = {"fix_as": "hint", "fix_with": {"hint": f"{hint[0].upper()}{hint[1:]}"}}
         else:
-            fix = {"fix_as": "near", "fix_with": {"near": hint}}
+            fix = {"fix_as": "near", "fix_with": {"near": hint}, "remedy": {key: None, hint: config[key]}}
         findings.append(
             Finding(
                 code="UNKNOWN_KEY",
