@@ -402,14 +402,206 @@ def test_a_tokenized_dataset_from_another_tokenizer_is_refused(tiny_model, tmp_p
 
 
 # -- what cannot be reached, paths that do not exist --------------------------------------------------
-def test_a_hub_model_not_in_the_cache_is_not_checked_in_one_line(tiny_model, tmp_path, data, monkeypatch):
+def online(monkeypatch) -> None:
+    for key in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(key, raising=False)
+
+
+def test_a_hub_model_not_in_the_cache_is_not_checked_online_and_refused_offline(
+    tiny_model, tmp_path, data, monkeypatch
+):
+    # Offline, the stock run stops with 'Failed to load tokenizer.' (the corpus's model_hub_id_offline_not_cached).
     monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-hf"))
-    run = dry_launch(config(tiny_model, tmp_path, data, model_name_or_path="meta-llama/Meta-Llama-3-8B"))
+    hub_id = config(tiny_model, tmp_path, data, model_name_or_path="meta-llama/Meta-Llama-3-8B")
+    offline = dry_launch(hub_id)
+    assert "HF_HUB_OFFLINE is set" in errors(offline)["MODEL_NOT_FOUND"]
+    (finding,) = [f for f in offline.findings if f.code == "MODEL_NOT_FOUND"]
+    assert "huggingface-cli download meta-llama/Meta-Llama-3-8B" in finding.fix
+    assert dry_launch({**hub_id, "model_name_or_path": str(tiny_model)}).ok  # the fix's local folder
+    online(monkeypatch)
+    run = dry_launch(hub_id)
     assert run.ok
     assert run.not_checked == [
         "not checked: tokenizer, template, data pipeline and model modules "
         "(meta-llama/Meta-Llama-3-8B is not local and not in the Hugging Face cache)"
     ]
+
+
+def test_a_hub_dataset_not_in_the_cache_is_refused_offline_only(tiny_model, tmp_path, data, monkeypatch):
+    from datasets import load_dataset
+
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-hf"))
+    folder = tmp_path / "hub-data"
+    folder.mkdir()
+    (folder / "dataset_info.json").write_text(json.dumps({"hub": {"hf_hub_url": "lfrocm-test/not-downloaded"}}))
+    hub = config(tiny_model, tmp_path, data, dataset="hub", dataset_dir=str(folder))
+    import datasets.config
+
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)  # as the run's datasets reads the environment
+    with pytest.raises(ConnectionError) as real:  # what LLaMA-Factory's loader calls
+        load_dataset("lfrocm-test/not-downloaded", split="train")
+    assert str(real.value) in errors(dry_launch(hub))["DATASET_NOT_IN_CACHE_OFFLINE"]
+    assert dry_launch({**hub, "dataset": "alpaca", "dataset_dir": str(data)}).ok  # the fix's local dataset
+    online(monkeypatch)
+    run = dry_launch(hub)
+    assert run.ok and any("lfrocm-test/not-downloaded is not a local file" in line for line in run.not_checked)
+
+
+def fixed(finding) -> dict:
+    """The ``key: value`` a finding's fix names, as YAML reads it."""
+    import yaml
+
+    match = re.search(r"(\w+): ([^ ,)]+?)\.?(?:$|[ ,)])", finding.fix)
+    assert match, finding.fix
+    return {match.group(1): yaml.safe_load(match.group(2))}
+
+
+def the(run, code: str):
+    (finding,) = [f for f in run.findings if f.code == code]
+    return finding
+
+
+@pytest.mark.parametrize(
+    ("change", "code"),
+    [
+        ({"dataloader_num_workers": -1}, "DATALOADER_REFUSED"),
+        ({"dataloader_persistent_workers": True}, "DATALOADER_REFUSED"),
+        (
+            {"val_size": 0.1, "eval_strategy": "steps", "eval_steps": 1, "per_device_eval_batch_size": 0},
+            "BATCH_REFUSED",
+        ),
+    ],
+)
+def test_the_dataloaders_are_built_as_the_trainer_builds_them(tiny_model, tmp_path, data, change, code):
+    import torch
+
+    params = {
+        "batch_size": change.get("per_device_eval_batch_size", 2),
+        "num_workers": change.get("dataloader_num_workers", 0),
+        "persistent_workers": change.get("dataloader_persistent_workers", False),
+    }
+    with pytest.raises(ValueError) as real:  # torch's own refusal of these arguments
+        torch.utils.data.DataLoader(range(4), **params)
+    run = dry_launch(config(tiny_model, tmp_path, data, **change))
+    assert str(real.value) in errors(run)[code]
+    fix = fixed(the(run, code))
+    assert set(fix) <= set(change), fix  # names the key the config set
+    assert code not in errors(dry_launch(config(tiny_model, tmp_path, data, **{**change, **fix})))
+
+
+def test_preprocessing_workers_as_datasets_takes_them(tiny_model, tmp_path, data):
+    from datasets import Dataset
+
+    with pytest.raises(ValueError) as real:
+        Dataset.from_dict({"a": [1, 2]}).map(lambda r: r, num_proc=0)
+    run = dry_launch(config(tiny_model, tmp_path, data, preprocessing_num_workers=0))
+    assert str(real.value) in errors(run)["DATA_WORKERS_REFUSED"]
+    fix = fixed(the(run, "DATA_WORKERS_REFUSED"))
+    assert fix == {"preprocessing_num_workers": 1}
+    assert dry_launch(config(tiny_model, tmp_path, data, **fix)).ok
+
+
+def test_an_output_dir_that_cannot_be_created(tiny_model, tmp_path, data, monkeypatch):
+    import os
+
+    (tmp_path / "run.log").write_text("x")
+    for out in (tmp_path / "run.log" / "out", Path("/proc/lfrocm-dry-out")):
+        with pytest.raises(OSError) as real:  # what the trainer's makedirs meets
+            os.makedirs(out, exist_ok=True)
+        before = sorted(p.name for p in tmp_path.iterdir())
+        run = dry_launch(config(tiny_model, tmp_path, data, output_dir=str(out)))
+        assert real.value.strerror in errors(run)["OUTPUT_DIR_NOT_CREATABLE"]
+        assert sorted(p.name for p in tmp_path.iterdir()) == before  # the probe leaves nothing
+        monkeypatch.chdir(tmp_path)
+        fix = fixed(the(run, "OUTPUT_DIR_NOT_CREATABLE"))
+        assert fix == {"output_dir": "saves/out" if out.name == "out" else "saves/lfrocm-dry-out"}
+        assert "OUTPUT_DIR_NOT_CREATABLE" not in errors(dry_launch(config(tiny_model, tmp_path, data, **fix)))
+
+
+def test_fsdp_as_the_trainer_starts_it(tiny_model, tmp_path, data):
+    """On this CPU-only machine accelerate's FSDP plugin refuses first (the corpus's value_fsdp_single_process);
+    with the GPU answers patched in (hardware that cannot exist here), transformers' real Trainer refuses one
+    process, and so does the dry run."""
+    from unittest import mock
+
+    import accelerate.utils.dataclasses as accelerate_dataclasses
+    import torch
+    from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+
+    run = dry_launch(config(tiny_model, tmp_path, data, fsdp="full_shard"))
+    assert "There are currently no available devices found" in errors(run)["FSDP_REFUSED"]
+    assert "fsdp:" in the(run, "FSDP_REFUSED").fix
+    assert dry_launch(config(tiny_model, tmp_path, data, fsdp="")).ok
+    gpu = (
+        mock.patch.object(accelerate_dataclasses, "is_cuda_available", return_value=True),
+        mock.patch.object(torch.cuda, "current_device", return_value=0),
+    )
+    with gpu[0], gpu[1]:
+        args = TrainingArguments(output_dir=str(tmp_path / "t"), fsdp="full_shard", report_to=[])
+        with pytest.raises(ValueError) as real:
+            Trainer(model=AutoModelForCausalLM.from_pretrained(tiny_model), args=args)
+        run = dry_launch(config(tiny_model, tmp_path, data, fsdp="full_shard"))
+    assert str(real.value) in errors(run)["FSDP_REFUSED"]
+
+
+def test_metric_for_best_model_against_what_the_evaluation_reports(tiny_model, tmp_path, data):
+    # The stock runs: the corpus's value_metric_for_best_model_* (KeyError without compute_accuracy, trains with it).
+    evaluated = {"val_size": 0.1, "eval_strategy": "steps", "eval_steps": 1, "metric_for_best_model": "accuracy"}
+    run = dry_launch(config(tiny_model, tmp_path, data, **evaluated))
+    assert "not eval_accuracy" in errors(run)["METRIC_NOT_REPORTED"]
+    assert "compute_accuracy: true" in the(run, "METRIC_NOT_REPORTED").fix
+    assert dry_launch(config(tiny_model, tmp_path, data, **evaluated, compute_accuracy=True)).ok
+    assert dry_launch(config(tiny_model, tmp_path, data, **{**evaluated, "metric_for_best_model": "loss"})).ok
+    assert "METRIC_NOT_REPORTED" in errors(
+        dry_launch(config(tiny_model, tmp_path, data, **{**evaluated, "metric_for_best_model": "rouge-1"}))
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "raised"),
+    [
+        (lambda s: s.update(a_field_of_a_newer_version=1), TypeError),
+        (lambda s: s.pop("train_batch_size"), TypeError),
+        (lambda s: s.pop("stateful_callbacks"), KeyError),
+    ],
+)
+def test_a_trainer_state_another_transformers_wrote(tiny_model, tmp_path, data, change, raised):
+    from transformers import TrainerControl, TrainerState
+    from transformers.trainer_utils import compare_trainer_and_checkpoint_args
+
+    ckpt = tmp_path / "earlier" / "checkpoint-1"
+    ckpt.mkdir(parents=True)
+    (ckpt / "model.safetensors").write_bytes(b"")  # a file transformers' loader looks for
+    state = TrainerState(global_step=1, train_batch_size=2, stateful_callbacks=[TrainerControl()])
+    state.save_to_json(str(ckpt / "trainer_state.json"))  # as this transformers writes it
+    saved = json.loads((ckpt / "trainer_state.json").read_text())
+    change(saved)
+    (ckpt / "trainer_state.json").write_text(json.dumps(saved))
+    cfg = config(tiny_model, tmp_path, data, finetuning_type="full", resume_from_checkpoint=str(ckpt))
+    run = dry_launch(cfg)
+    with pytest.raises(raised) as real:  # what the trainer does with it when it resumes, then saves
+        loaded = TrainerState.load_from_json(str(ckpt / "trainer_state.json"))
+        compare_trainer_and_checkpoint_args(run_args(cfg), loaded)
+        loaded.stateful_callbacks["TrainerControl"]
+    assert _words_of(real.value) in errors(run)["CHECKPOINT_STATE_INCOMPATIBLE"]
+    assert "Remove resume_from_checkpoint" in the(run, "CHECKPOINT_STATE_INCOMPATIBLE").fix
+    cfg.pop("resume_from_checkpoint")
+    assert "CHECKPOINT_STATE_INCOMPATIBLE" not in errors(dry_launch(cfg))
+
+
+def run_args(cfg: dict):
+    from llamafactory_rocm.lf.verdict import _restored_environ
+
+    with text_only_llamafactory():
+        from llamafactory.hparams import get_train_args
+    with _restored_environ():
+        return get_train_args(dict(cfg))[2]
+
+
+def _words_of(exc: BaseException) -> str:
+    from llamafactory_rocm.lf.dry_parts import _words
+
+    return _words(exc)
 
 
 def test_paths_that_do_not_exist(tiny_model, tmp_path, data):

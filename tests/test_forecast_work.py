@@ -35,6 +35,8 @@ CASES = {
         per_device_train_batch_size=2,
         gradient_accumulation_steps=2,
     ),
+    # unshuffled: the batches' rows are known, so the padded count is exact
+    "unshuffled": dict(max_steps=-1, num_train_epochs=1.0, disable_shuffling=True, per_device_train_batch_size=3),
     "drop-last-long-cutoff": dict(
         max_steps=-1,
         num_train_epochs=1.0,
@@ -75,7 +77,9 @@ def _forecast(config: dict, output_dir: Path):
     assert dry.rows and dry.train_lengths, dry.not_checked
     training_args = get_train_args(dict(config))[2]
     work = work_of(training_args, dry.rows["train"], world_size=1)
-    tokens = run_tokens(dry.train_lengths, work, PAD_MULTIPLE[dry.data_stage], sampled=dry.rows_estimated)
+    shuffled = not config.get("disable_shuffling", False)
+    multiple = PAD_MULTIPLE[dry.data_stage]
+    tokens = run_tokens(dry.train_lengths, work, multiple, sampled=dry.rows_estimated, shuffled=shuffled)
     return work, tokens
 
 
@@ -90,12 +94,15 @@ def test_steps_equal_the_stock_runs_global_step_and_tokens_are_within_2_percent(
         f"{seen} ({tokens.total / seen - 1:+.2%}, sd {tokens.spread / seen:.2%}), padding {tokens.padding_share:.1%}"
     )
     assert abs(tokens.total - seen) / seen < 0.02, (tokens, seen)
+    if tokens.exact:
+        assert tokens.total == seen
 
 
 def test_two_ranks_deal_the_batches_as_accelerate_does():
     # 10 rows, batch 3, 2 ranks: 4 batches, 2 per rank; the short last one filled from the start
     work = optimizer_steps(rows=10, per_device_batch=3, accumulation=1, num_train_epochs=1, world_size=2)
-    assert (work.batches_per_rank, work.steps, work.batch_sizes) == (2, 2, (3, 3, 3, 3))
+    assert (work.batches_per_rank, work.steps) == (2, 2)
+    assert work.batches == (((0, 1, 2), (6, 7, 8)), ((3, 4, 5), (9, 0, 1)))
 
 
 def test_expected_padding_is_the_mean_over_every_batch_of_that_size():

@@ -426,6 +426,47 @@ def deepspeed_zero3_checkpoint(with_deepspeed: bool) -> Builder:
     return build
 
 
+# --- issue 37: the launch parts the dry run builds since (dataloaders, workers, output_dir, Hub, FSDP, metric,
+# trainer_state.json) -----------------------------------------------------------------------------------
+
+
+def output_dir_under_a_file(case_dir: Path, config: dict[str, Any]) -> None:
+    (case_dir / "run.log").write_text("a file where a folder of output_dir should be\n")
+    config["output_dir"] = str(case_dir / "run.log" / "out")
+
+
+def hub_dataset_not_downloaded(case_dir: Path, config: dict[str, Any]) -> None:
+    data = case_dir / "data"
+    data.mkdir(parents=True)
+    (data / "dataset_info.json").write_text(json.dumps({"hub_qa": {"hf_hub_url": "lfrocm-test/not-downloaded"}}))
+    config.update(dataset="hub_qa", dataset_dir=str(data))
+
+
+def trainer_state_from_another_version(change: Callable[[dict[str, Any]], None], *, explicit: bool) -> Builder:
+    """A real rank-8 checkpoint whose trainer_state.json another transformers version could have written:
+    resumed by name (``explicit``) or found by LLaMA-Factory in output_dir."""
+
+    def build(case_dir: Path, config: dict[str, Any]) -> None:
+        ckpt = (case_dir / "earlier" if explicit else Path(config["output_dir"])) / "checkpoint-1"
+        shutil.copytree(_rank8_checkpoint(Path(config["model_name_or_path"])), ckpt)
+        state = json.loads((ckpt / "trainer_state.json").read_text())
+        change(state)
+        (ckpt / "trainer_state.json").write_text(json.dumps(state))
+        config.update(max_steps=2, lora_rank=8)
+        if explicit:
+            config["resume_from_checkpoint"] = str(ckpt)
+
+    return build
+
+
+def a_field_of_a_newer_version(state: dict[str, Any]) -> None:
+    state["a_field_of_a_newer_version"] = 1
+
+
+def no_stateful_callbacks(state: dict[str, Any]) -> None:
+    state.pop("stateful_callbacks")  # transformers before 4.41 wrote none
+
+
 # --- raw YAML text ---------------------------------------------------------------------------------
 
 
@@ -1284,6 +1325,103 @@ CASES: tuple[Case, ...] = (
         {"stage": "rm", "neat_packing": True},
         build=pairs,
         **fails("`neat_packing` cannot be set as True except SFT.", "LLAMAFACTORY_REFUSED"),
+    ),
+    # --- issue 37: launch parts the dry run skipped; each record is the stock run's (hook off), run for it ---
+    Case(
+        "value_dataloader_workers_negative",
+        "value",
+        "dataloader_num_workers: -1 (torch's DataLoader refuses it when the trainer builds it)",
+        {"dataloader_num_workers": -1},
+        **fails("num_workers option should be non-negative", "DATALOADER_REFUSED"),
+    ),
+    Case(
+        "value_dataloader_persistent_without_workers",
+        "value",
+        "dataloader_persistent_workers: true without dataloader workers",
+        {"dataloader_persistent_workers": True},
+        **fails("persistent_workers option needs num_workers > 0", "DATALOADER_REFUSED"),
+    ),
+    Case(
+        "value_eval_batch_size_zero",
+        "value",
+        "per_device_eval_batch_size: 0 with step evaluation (the eval dataloader)",
+        {**EVAL, "per_device_eval_batch_size": 0},
+        **fails("batch_size should be a positive integer value, but got batch_size=0", "BATCH_REFUSED"),
+    ),
+    Case(
+        "value_preprocessing_workers_zero",
+        "value",
+        "preprocessing_num_workers: 0 (datasets' num_proc)",
+        {"preprocessing_num_workers": 0},
+        **fails("num_proc must be an integer > 0.", "DATA_WORKERS_REFUSED"),
+    ),
+    Case(
+        "value_metric_for_best_model_not_reported",
+        "value",
+        "metric_for_best_model: accuracy in sft without compute_accuracy (evaluated each step)",
+        {**EVAL, "metric_for_best_model": "accuracy", "save_steps": 1},
+        **fails(
+            "The `metric_for_best_model` training argument is set to 'eval_accuracy', which is not found",
+            "METRIC_NOT_REPORTED",
+        ),
+    ),
+    Case(
+        "value_metric_for_best_model_accuracy_computed",
+        "value",
+        "metric_for_best_model: accuracy with compute_accuracy: true (the fix of the case above)",
+        {**EVAL, "metric_for_best_model": "accuracy", "save_steps": 1, "compute_accuracy": True},
+    ),
+    Case(
+        "value_fsdp_single_process",
+        "value",
+        "fsdp: full_shard in one process on this CPU-only machine",
+        {"fsdp": "full_shard"},
+        **fails("There are currently no available devices found", "FSDP_REFUSED"),
+    ),
+    Case(
+        "output_dir_parent_is_a_file",
+        "output",
+        "output_dir under a file (os.makedirs: Not a directory)",
+        build=output_dir_under_a_file,
+        **fails("Not a directory", "OUTPUT_DIR_NOT_CREATABLE"),
+    ),
+    Case(
+        "output_dir_in_proc",
+        "output",
+        "output_dir in /proc, where no folder can be made",
+        {"output_dir": "/proc/lfrocm-verdict-out"},
+        **fails("No such file or directory: '/proc/lfrocm-verdict-out'", "OUTPUT_DIR_NOT_CREATABLE"),
+    ),
+    Case(
+        "model_hub_id_offline_not_cached",
+        "model",
+        "a Hub model id never downloaded, HF_HUB_OFFLINE=1 (the corpus's environment)",
+        {"model_name_or_path": "lfrocm-test/not-downloaded-model"},
+        **fails("Failed to load tokenizer.", "MODEL_NOT_FOUND"),
+    ),
+    Case(
+        "data_hub_dataset_offline_not_cached",
+        "data",
+        "a dataset_info.json entry with hf_hub_url never downloaded, HF_DATASETS_OFFLINE=1",
+        build=hub_dataset_not_downloaded,
+        **fails(
+            "Couldn't reach 'lfrocm-test/not-downloaded' on the Hub (OfflineModeIsEnabled)",
+            "DATASET_NOT_IN_CACHE_OFFLINE",
+        ),
+    ),
+    Case(
+        "resume_state_field_of_a_newer_version",
+        "resume",
+        "resume_from_checkpoint whose trainer_state.json has a field this transformers lacks",
+        build=trainer_state_from_another_version(a_field_of_a_newer_version, explicit=True),
+        **fails("got an unexpected keyword argument 'a_field_of_a_newer_version'", "CHECKPOINT_STATE_INCOMPATIBLE"),
+    ),
+    Case(
+        "resume_state_without_stateful_callbacks",
+        "resume",
+        "output_dir's checkpoint-1 with a trainer_state.json of transformers < 4.41 (no stateful_callbacks)",
+        build=trainer_state_from_another_version(no_stateful_callbacks, explicit=False),
+        **fails("KeyError: 'TrainerControl'", "CHECKPOINT_STATE_INCOMPATIBLE"),
     ),
 )
 

@@ -35,7 +35,7 @@ class Tokens:
     padding_share: float  # padding / total
     sample_rows: int  # the rows whose lengths were read
     sampled: bool  # True when those rows are a sample of the train split (the dry run's rows_cap)
-    longest_batch: int  # the longest padded micro-batch row the run can meet (max length, rounded)
+    exact: bool  # True where the batches' rows are known (no shuffling, every length read)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -46,6 +46,7 @@ class Tokens:
             "padding_share": round(self.padding_share, 4),
             "lengths_read": self.sample_rows,
             "lengths_sampled": self.sampled,
+            "exact": self.exact,
         }
 
 
@@ -77,33 +78,36 @@ def expected_padded(lengths: Sequence[int], batch: int, multiple: int, *, sample
     return padded_moments(lengths, batch, multiple, sample=sample)[0]
 
 
-def run_tokens(lengths: Sequence[int], work: Work, multiple: int, *, sampled: bool) -> Tokens | None:
-    """The run's tokens: each micro-batch size accelerate deals in one epoch, its expected padded ``numel``,
-    over the micro-batches the run runs (whole epochs, then the last epoch's share of them)."""
+def run_tokens(
+    lengths: Sequence[int], work: Work, multiple: int, *, sampled: bool, shuffled: bool = True
+) -> Tokens | None:
+    """The run's tokens over the micro-batches it runs (whole epochs, then the last epoch's share of them).
+    ``shuffled`` (the trainer's RandomSampler): each batch's expected padded ``numel`` for its size;
+    unshuffled (LLaMA-Factory's ``disable_shuffling``: a SequentialSampler, sft/trainer.py
+    ``_get_train_sampler``) with every row's length read: each batch's own rows, exact."""
     if not lengths or work.batches_per_rank == 0:
         return None
+    exact = not shuffled and not sampled and len(lengths) == work.rows
     mean_length = sum(lengths) / len(lengths)
     cache: dict[int, tuple[float, float]] = {}
 
-    def padded(size: int) -> tuple[float, float]:
-        if size not in cache:
-            cache[size] = padded_moments(lengths, size, multiple, sample=sampled)
-        return cache[size]
+    def padded(rows: tuple[int, ...]) -> tuple[float, float]:
+        if exact:
+            return float(len(rows) * _rounded(max(lengths[i] for i in rows), multiple)), 0.0
+        if len(rows) not in cache:
+            cache[len(rows)] = padded_moments(lengths, len(rows), multiple, sample=sampled)
+        return cache[len(rows)]
 
-    per_epoch_batches = work.batches_per_rank
-    # micro-batch i of an epoch on every rank (rank-major sizes)
-    sizes = [work.batch_sizes[r * per_epoch_batches : (r + 1) * per_epoch_batches] for r in range(work.world_size)]
     full_epochs, steps_left = divmod(work.steps, work.steps_per_epoch)
-    last_batches = min(steps_left * work.accumulation, per_epoch_batches)
+    last_batches = min(steps_left * work.accumulation, work.batches_per_rank)
     total = real = variance = 0.0
-    for rank in sizes:
-        for i, size in enumerate(rank):
+    for rank in work.batches:
+        for i, rows in enumerate(rank):
             times = full_epochs + (1 if i < last_batches else 0)
-            mean, spread = padded(size)
+            mean, spread = padded(rows)
             total += times * mean
             variance += times * spread  # batches taken as independent: an upper bound for one partition
-            real += times * size * mean_length
-    longest = _rounded(max(lengths), multiple)
+            real += times * (sum(lengths[j] for j in rows) if exact else len(rows) * mean_length)
     return Tokens(
         total=round(total),
         spread=math.sqrt(variance),
@@ -112,5 +116,5 @@ def run_tokens(lengths: Sequence[int], work: Work, multiple: int, *, sampled: bo
         padding_share=1 - real / total if total else 0.0,
         sample_rows=len(lengths),
         sampled=sampled,
-        longest_batch=longest,
+        exact=exact,
     )

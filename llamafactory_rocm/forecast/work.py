@@ -28,8 +28,8 @@ class Work:
     steps_per_epoch: int  # the trainer's num_update_steps_per_epoch
     steps: int  # the trainer's max_steps: the run's final global_step
     epochs: int  # epochs the trainer loops over (the last one may stop early at max_steps)
-    # the rows in each micro-batch of one epoch, on every rank (rank-major), as accelerate deals them
-    batch_sizes: tuple[int, ...] = ()
+    # the row indices of each micro-batch of one epoch on each rank, as accelerate deals them unshuffled
+    batches: tuple[tuple[tuple[int, ...], ...], ...] = ()
 
     @property
     def micro_batches(self) -> int:
@@ -51,17 +51,18 @@ class Work:
 
 
 @functools.lru_cache(maxsize=256)
-def dealt_batches(rows: int, batch: int, world_size: int, drop_last: bool) -> tuple[tuple[int, ...], ...]:
-    """The size of every micro-batch each rank gets in one epoch: a torch DataLoader over ``rows`` indices,
-    prepared by accelerate for each rank as the trainer's ``accelerator.prepare`` does (no data is read)."""
+def dealt_batches(rows: int, batch: int, world_size: int, drop_last: bool) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    """The row indices of every micro-batch each rank gets in one epoch, before shuffling: a torch DataLoader
+    over ``rows`` indices, prepared by accelerate for each rank as the trainer's ``accelerator.prepare`` does.
+    Its batch sampler is walked, not the loader: no batch is collated and no data is read."""
     import torch
     from accelerate.data_loader import prepare_data_loader
 
     loader = torch.utils.data.DataLoader(range(rows), batch_size=batch, drop_last=drop_last)
     if world_size == 1:
-        return (tuple(len(b) for b in loader),)
+        return (tuple(tuple(b) for b in loader.batch_sampler),)
     return tuple(
-        tuple(len(b) for b in prepare_data_loader(loader, num_processes=world_size, process_index=rank))
+        tuple(tuple(b) for b in prepare_data_loader(loader, num_processes=world_size, process_index=rank).batch_sampler)
         for rank in range(world_size)
     )
 
@@ -105,7 +106,7 @@ def optimizer_steps(
         steps_per_epoch=per_epoch,
         steps=int(steps),
         epochs=int(epochs),
-        batch_sizes=tuple(n for rank in dealt for n in rank),
+        batches=dealt,
     )
 
 

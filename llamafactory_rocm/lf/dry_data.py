@@ -14,7 +14,7 @@ import contextlib
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from .dry_parts import Launch, _words
+from .dry_parts import Launch, _words, user_offline
 
 
 def load_data(launch: Launch) -> None:
@@ -26,9 +26,12 @@ def load_data(launch: Launch) -> None:
     if user_tokenized is not None and has_tokenized_data(user_tokenized):
         _tokenized_data(launch, user_tokenized)
         return
+    if not _workers_accepted(launch):
+        return
     remote = _remote_datasets(launch)
     if remote:
-        launch.run.skip("the data pipeline", f"{', '.join(remote)} is not a local file; the dry run reads none")
+        if _hub_datasets_reachable_offline(launch):
+            launch.run.skip("the data pipeline", f"{', '.join(remote)} is not a local file; the dry run reads none")
         return
     split = _SplitSpy(launch, data_args.streaming)
     saved = {
@@ -73,7 +76,29 @@ def load_data(launch: Launch) -> None:
     _count_rows(launch, module, split)
 
 
-def _remote_datasets(launch: Launch) -> list[str]:
+def _workers_accepted(launch: Launch) -> bool:
+    """``preprocessing_num_workers`` as datasets takes it: LLaMA-Factory passes it as ``num_proc`` to
+    ``load_dataset`` and every ``Dataset.map`` (data/loader.py, data/converter.py); the pipeline below runs
+    without a pool, so datasets' own ``map`` is asked here, on one row (no pool is started for one row)."""
+    from datasets import Dataset
+
+    workers = launch.data_args.preprocessing_num_workers
+    if workers is None:
+        return True
+    try:
+        Dataset.from_dict({"row": [0]}).map(lambda row: row, num_proc=workers)
+    except (ValueError, TypeError) as exc:
+        launch.run.error(
+            code="DATA_WORKERS_REFUSED",
+            message=f"datasets refuses preprocessing_num_workers {workers!r}, which LLaMA-Factory passes as "
+            f"num_proc to load_dataset and Dataset.map: {_words(exc)}",
+            key="preprocessing_num_workers",
+        )
+        return False
+    return True
+
+
+def _remote_attrs(launch: Launch) -> list[Any]:
     from llamafactory.data.parser import get_dataset_list
 
     names = [*(launch.data_args.dataset or []), *(launch.data_args.eval_dataset or [])]
@@ -81,7 +106,51 @@ def _remote_datasets(launch: Launch) -> list[str]:
         attrs = get_dataset_list(names, launch.data_args.dataset_dir)
     except Exception:
         return []  # get_dataset raises it again, in LLaMA-Factory's words
-    return [str(attr) for attr in attrs if attr.load_from != "file"]
+    return [attr for attr in attrs if attr.load_from != "file"]
+
+
+def _remote_datasets(launch: Launch) -> list[str]:
+    return [str(attr) for attr in _remote_attrs(launch)]
+
+
+def _hub_datasets_reachable_offline(launch: Launch) -> bool:
+    """Under the user's HF_DATASETS_OFFLINE (or HF_HUB_OFFLINE), a Hugging Face Hub dataset loads only from
+    the cache: datasets' own ``load_dataset_builder`` (the first part of the ``load_dataset`` LLaMA-Factory
+    calls, data/loader.py ``_load_single_dataset``) with its offline switch on answers from the cache, or
+    raises as the run would. False (an error said) when one cannot be loaded; True otherwise (online: not
+    checked)."""
+    if not user_offline("datasets"):
+        return True
+    import datasets.config
+
+    from datasets import load_dataset_builder
+
+    saved = datasets.config.HF_HUB_OFFLINE
+    datasets.config.HF_HUB_OFFLINE = True
+    try:
+        for attr in _remote_attrs(launch):
+            if attr.load_from != "hf_hub":
+                continue  # ModelScope, Modelers, scripts: their own downloads
+            try:
+                load_dataset_builder(
+                    attr.dataset_name,
+                    name=attr.subset,
+                    data_dir=attr.folder,
+                    cache_dir=launch.model_args.cache_dir,
+                    token=launch.model_args.hf_hub_token,
+                )
+            except Exception as exc:
+                launch.run.error(
+                    code="DATASET_NOT_IN_CACHE_OFFLINE",
+                    message=f"dataset {attr} is a Hugging Face Hub dataset not in the cache, and the environment "
+                    f"is offline (HF_DATASETS_OFFLINE / HF_HUB_OFFLINE): datasets' load_dataset_builder: {_words(exc)}",
+                    fix_with={"dataset": attr.dataset_name},
+                    key="dataset",
+                )
+                return False
+    finally:
+        datasets.config.HF_HUB_OFFLINE = saved
+    return True
 
 
 def _count_rows(launch: Launch, module: Mapping[str, Any], split: _SplitSpy) -> None:

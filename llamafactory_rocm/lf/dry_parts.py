@@ -76,6 +76,7 @@ class Launch:
     training_args: Any
     finetuning_args: Any
     deepspeed_elsewhere: bool = False  # see lf/dry_run.py dry_launch
+    config: dict[str, Any] = field(default_factory=dict)  # the config as given, for a refusal's cause (lf/causes.py)
     tokenizer_module: dict[str, Any] | None = None  # load_tokenizer's (lf/dry_model.py)
     template: Any = None  # get_template_and_fix_tokenizer's (lf/dry_model.py)
     model: Any = None  # load_model's, on the meta device (lf/dry_model.py)
@@ -164,6 +165,17 @@ def reachable(run: DryRun, model_args: Any) -> bool:
             code="MODEL_NOT_FOUND",
             message=f"model_name_or_path {name} is not a folder here and not a Hugging Face repo id "
             f"(huggingface_hub: {_words(exc)}).",
+            fix_as="path",
+            key="model_name_or_path",
+        )
+        return False
+    if user_offline("hub") and not _other_hub():
+        run.error(
+            code="MODEL_NOT_FOUND",
+            message=f"model_name_or_path {name} is not a folder here and not in the Hugging Face cache, and "
+            "HF_HUB_OFFLINE is set: the run cannot download it (LLaMA-Factory: 'Failed to load tokenizer.').",
+            fix_as="offline",
+            fix_with={"model": name},
             key="model_name_or_path",
         )
         return False
@@ -172,3 +184,27 @@ def reachable(run: DryRun, model_args: Any) -> bool:
         f"{name} is not local and not in the Hugging Face cache",
     )
     return False
+
+
+def user_offline(what: str) -> bool:
+    """Whether the run, in this environment, may not download (the dry run itself never does: ``_hub_offline``).
+    ``what``: "hub" (models: huggingface_hub's HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE) or "datasets"
+    (datasets' HF_DATASETS_OFFLINE, which defaults to the hub's). Read from the environment now, with the
+    libraries' own parsing (huggingface_hub/constants.py and datasets/config.py read them at import)."""
+    import huggingface_hub.constants as hub
+
+    offline = hub._is_true(os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE"))
+    if what == "datasets":
+        import datasets.config
+
+        own = os.environ.get("HF_DATASETS_OFFLINE")
+        return offline if own is None else own.upper() in datasets.config.ENV_VARS_TRUE_VALUES
+    return offline
+
+
+def _other_hub() -> bool:
+    """LLaMA-Factory downloads from ModelScope or Modelers instead of the Hugging Face Hub
+    (extras/misc.py use_modelscope / use_openmind): HF_HUB_OFFLINE does not stop those."""
+    from llamafactory.extras.misc import use_modelscope, use_openmind
+
+    return bool(use_modelscope() or use_openmind())

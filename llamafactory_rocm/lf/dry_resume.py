@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..findings import Level
-from .dry_parts import Launch, Resume
+from .dry_parts import Launch, Resume, _words
 
 TRAINER_STATE_NAME = "trainer_state.json"  # transformers/trainer.py: TRAINER_STATE_NAME (pinned by a test)
 FSDP_MODEL_NAME = "pytorch_model_fsdp"  # transformers/trainer.py: FSDP_MODEL_NAME (pinned by a test)
@@ -41,6 +41,8 @@ def check_resume(launch: Launch) -> None:
             key="resume_from_checkpoint",
         )
         return
+    if not _trainer_state_loads(launch, Path(checkpoint)):
+        return
     state = _read_json(Path(checkpoint) / TRAINER_STATE_NAME)
     resume.global_step = _int_or_none(state.get("global_step"))
     if launch.training_args.max_steps and launch.training_args.max_steps > 0:
@@ -59,6 +61,37 @@ def check_resume(launch: Launch) -> None:
     )
     if not deepspeed:
         _check_checkpoint_matches(launch, Path(checkpoint))
+
+
+def _trainer_state_loads(launch: Launch, checkpoint: Path) -> bool:
+    """The checkpoint's trainer_state.json read as the installed transformers reads it on resume
+    (trainer.py ``_init_training_state``): ``TrainerState.load_from_json`` (a field another version added:
+    TypeError), ``compare_trainer_and_checkpoint_args`` (a train_batch_size it lacks: TypeError), and the
+    first checkpoint save after it (``_save_checkpoint``), which looks up each exportable callback's entry in
+    ``stateful_callbacks`` (a version that did not write them: KeyError 'TrainerControl')."""
+    from transformers import TrainerControl, TrainerState
+    from transformers.trainer_utils import compare_trainer_and_checkpoint_args
+
+    args = launch.training_args
+    try:
+        state = TrainerState.load_from_json(str(checkpoint / TRAINER_STATE_NAME))
+        compare_trainer_and_checkpoint_args(args, state)
+        if str(getattr(args.save_strategy, "value", args.save_strategy)) != "no":
+            # the trainer's own control is the exportable state it always has ([self.control])
+            state.stateful_callbacks[TrainerControl.__name__]
+    except (TypeError, KeyError, ValueError, AttributeError) as exc:
+        # get_train_args resumes on its own from output_dir's last checkpoint; one elsewhere was named
+        explicit = os.path.realpath(checkpoint.parent) != os.path.realpath(str(args.output_dir))
+        launch.run.error(
+            code="CHECKPOINT_STATE_INCOMPATIBLE",
+            message=f"{checkpoint / TRAINER_STATE_NAME} was written by another transformers version: the installed "
+            f"one, resuming, raises {type(exc).__name__}: {_words(exc)}",
+            fix_as="explicit" if explicit else "output_dir",
+            fix_with={"value": os.path.join(os.path.dirname(str(args.output_dir).rstrip("/")) or ".", "new-run")},
+            key="resume_from_checkpoint" if explicit else "output_dir",
+        )
+        return False
+    return True
 
 
 def _check_checkpoint_matches(launch: Launch, checkpoint: Path) -> None:

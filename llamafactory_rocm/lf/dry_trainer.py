@@ -91,17 +91,174 @@ def trainer_setup(launch: Launch) -> None:
             message=f"transformers' reporting callback for report_to {args.report_to} refused: {_words(exc)}",
             key="report_to",
         )
-    try:
-        # Trainer.get_train_dataloader builds a torch DataLoader with these arguments.
-        torch.utils.data.DataLoader(
-            range(launch.train_rows or 1), batch_size=args.train_batch_size, drop_last=args.dataloader_drop_last
-        )
-    except (ValueError, TypeError) as exc:
+    _check_fsdp(launch)
+    _check_dataloaders(launch)
+    _check_best_metric(launch)
+
+
+def _check_fsdp(launch: Launch) -> None:
+    """The FSDP part of ``Trainer.__init__``: ``create_accelerator_and_postprocess`` builds accelerate's
+    ``FullyShardedDataParallelPlugin(**args.fsdp_plugin_args)`` (called here as it calls it), then the trainer
+    refuses FSDP outside a distributed world. The world is the rank's view check takes (check/rank.py):
+    ``parallel_mode`` is DISTRIBUTED where the launcher starts torchrun."""
+    from transformers.training_args import ParallelMode
+
+    args = launch.training_args
+    if not args.fsdp:
+        return
+    if args.fsdp_plugin_args is not None:
+        from accelerate.utils import FullyShardedDataParallelPlugin
+
+        try:
+            FullyShardedDataParallelPlugin(**args.fsdp_plugin_args)
+        except (RuntimeError, ValueError, TypeError, ImportError) as exc:
+            launch.run.error(
+                code="FSDP_REFUSED",
+                message=f"accelerate's FullyShardedDataParallelPlugin, built by the trainer for fsdp "
+                f"{' '.join(str(o.value) for o in args.fsdp)}, refused: {_words(exc)}",
+                fix_as="plugin",
+                key="fsdp",
+            )
+            return
+    # transformers/trainer.py Trainer.__init__: "Using fsdp only works in distributed training." (pinned by
+    # tests/test_dry_run.py against the real Trainer)
+    if not args.fsdp_config["xla"] and args.parallel_mode != ParallelMode.DISTRIBUTED:
         launch.run.error(
-            code="BATCH_REFUSED",
-            message=f"torch's DataLoader refused the trainer's batch size {args.train_batch_size}: {_words(exc)}",
-            key="per_device_train_batch_size",
+            code="FSDP_REFUSED",
+            message="transformers' Trainer refuses fsdp in a single process (parallel_mode "
+            f"{args.parallel_mode.value}): 'Using fsdp only works in distributed training.'",
+            fix_as="world",
+            key="fsdp",
         )
+
+
+def _evaluates(launch: Launch) -> bool:
+    """Whether the trainer builds an eval dataloader: an eval set, evaluated during training (eval_strategy)
+    or after it (do_eval, the workflow's trainer.evaluate())."""
+    args, data_args, rows = launch.training_args, launch.data_args, launch.run.rows
+    if str(getattr(args.eval_strategy, "value", args.eval_strategy)) == "no" and not args.do_eval:
+        return False
+    if rows is not None:
+        return rows.get("eval", 0) > 0
+    return bool(data_args.eval_dataset) or bool(data_args.val_size and data_args.val_size > 1e-6)
+
+
+def _check_dataloaders(launch: Launch) -> None:
+    """torch's ``DataLoader`` built with the arguments ``Trainer._get_dataloader`` gives it (trainer.py), for the
+    train set (``get_train_dataloader``: the train batch size, a sampler) and, where evaluated, the eval set
+    (``get_eval_dataloader``: the eval batch size). The dataset stands in by its row count."""
+    args = launch.training_args
+    parts = [("train", args.train_batch_size, "per_device_train_batch_size")]
+    if _evaluates(launch):
+        parts.append(("eval", args.eval_batch_size, "per_device_eval_batch_size"))
+    for part, batch_size, batch_key in parts:
+        rows = (launch.run.rows or {}).get(part) or 1
+        params = {
+            "batch_size": batch_size,
+            "num_workers": args.dataloader_num_workers,
+            "pin_memory": args.dataloader_pin_memory,
+            "persistent_workers": args.dataloader_persistent_workers,
+            "drop_last": args.dataloader_drop_last,
+            "prefetch_factor": args.dataloader_prefetch_factor,
+        }
+        refusal = _dataloader_refusal(rows, part, params)
+        if refusal is None:
+            continue
+        # The key torch refuses: the one whose working value alone makes torch accept the rest.
+        workable = {"batch_size": 1, "num_workers": 0, "persistent_workers": False, "prefetch_factor": None}
+        culprit = next(
+            (
+                name
+                for name, value in workable.items()
+                if _dataloader_refusal(rows, part, {**params, name: value}) is None
+            ),
+            "num_workers",
+        )
+        if culprit == "batch_size":
+            launch.run.error(
+                code="BATCH_REFUSED",
+                message=f"torch's DataLoader refused the trainer's {part} batch size {batch_size} "
+                f"({batch_key}): {refusal}",
+                fix_with={"key": batch_key},
+                key=batch_key,
+            )
+        else:
+            key = f"dataloader_{culprit}"
+            launch.run.error(
+                code="DATALOADER_REFUSED",
+                message=f"torch's DataLoader, built as the trainer builds its {part} dataloader, refused "
+                f"{key} {params[culprit]!r}: {refusal}",
+                fix_with={"key": key, "value": "null" if workable[culprit] is None else str(workable[culprit]).lower()},
+                key=key,
+            )
+        return  # one refusal: the same arguments refuse the other dataloader too
+
+
+def _dataloader_refusal(rows: int, part: str, params: dict) -> str | None:
+    from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
+
+    data = range(rows)
+    sampler = RandomSampler(data) if part == "train" else SequentialSampler(data)  # Trainer._get_*_sampler
+    try:
+        DataLoader(data, sampler=sampler, **params)
+    except (ValueError, TypeError) as exc:
+        return _words(exc)
+    return None
+
+
+def _check_best_metric(launch: Launch) -> None:
+    """``metric_for_best_model`` against the metrics the evaluation reports: transformers' Trainer looks up
+    ``eval_<name>`` after each evaluation during training (``_determine_best_metric``), a KeyError when the
+    evaluation does not report it."""
+    args = launch.training_args
+    name = args.metric_for_best_model
+    if not name or str(getattr(args.eval_strategy, "value", args.eval_strategy)) == "no" or not _evaluates(launch):
+        return
+    reported = reported_metrics(launch)
+    if reported is None:
+        launch.run.skip(
+            f"metric_for_best_model {name}", f"the metrics stage {launch.run.stage}'s evaluation reports are not known"
+        )
+        return
+    wanted = name if name.startswith("eval_") else f"eval_{name}"  # trainer.py _determine_best_metric
+    if wanted not in reported:
+        names = sorted(m.removeprefix("eval_") for m in reported if m.startswith("eval_"))
+        launch.run.error(
+            code="METRIC_NOT_REPORTED",
+            message=f"metric_for_best_model {name}: the {launch.run.stage} evaluation reports "
+            f"{', '.join(sorted(reported))}, not {wanted}; the trainer raises KeyError at the first evaluation",
+            fix_with={"names": ", ".join(names)},
+            key="metric_for_best_model",
+        )
+
+
+def reported_metrics(launch: Launch) -> set[str] | None:
+    """The metric names the stage's evaluation reports during training: transformers' evaluation loop
+    (``eval_loss``, ``speed_metrics``, and ``epoch`` added as it logs them), and the ``compute_metrics`` LLaMA-Factory's
+    workflow hands its trainer (train/sft/workflow.py: ComputeSimilarity with predict_with_generate, else
+    ComputeAccuracy with compute_accuracy; train/rm/workflow.py: ComputeAccuracy; pt: none), read from the
+    metric object's own ``score_dict``. None for the stages whose trainers add their own (dpo, kto, ppo)."""
+    from transformers.trainer_utils import speed_metrics
+
+    stage = launch.run.stage
+    metric = None
+    if stage == "sft":
+        from llamafactory.train.sft.metric import ComputeAccuracy, ComputeSimilarity
+
+        if launch.training_args.predict_with_generate:
+            metric = ComputeSimilarity(tokenizer=None)
+        elif launch.finetuning_args.compute_accuracy:
+            metric = ComputeAccuracy()
+    elif stage == "rm":
+        from llamafactory.train.rm.metric import ComputeAccuracy as RewardAccuracy
+
+        metric = RewardAccuracy()
+    elif stage != "pt":
+        return None
+    reported = {"eval_loss", "epoch", *speed_metrics("eval", 0.0, num_samples=1, num_steps=1)}
+    if metric is not None:
+        reported |= {f"eval_{key}" for key in metric.score_dict}
+    return reported
 
 
 def planned_steps(launch: Launch) -> int:
