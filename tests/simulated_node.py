@@ -131,10 +131,13 @@ def install(name: str | os.PathLike[str]) -> None:
     _INSTALLED.append(node)
 
 
-def node_env(name: str, base: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment of a subprocess that runs on the simulated node."""
+def node_env(name: str | None, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a subprocess that runs on the simulated node; with ``name`` None, on this host as it
+    is, with tests/simnode's sitecustomize still loaded (the rank recorder, tests/rank_record.py)."""
     env = dict(os.environ if base is None else base)
-    env[NODE_ENV] = str(snapshot_path(name))
+    env.pop(NODE_ENV, None)
+    if name is not None:
+        env[NODE_ENV] = str(snapshot_path(name))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SIMNODE_DIR), env.get("PYTHONPATH", "")]))
     return env
 

@@ -13,9 +13,11 @@ import contextlib
 import io
 import json
 import os
+import re
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 import yaml
@@ -24,8 +26,11 @@ from llamafactory_rocm import presets
 from llamafactory_rocm.check.run import check_config
 from llamafactory_rocm.findings import Level
 from tests.conftest import load_snapshot, offline_env, tiny_train_config
+from tests.rank_record import RANKS_ENV, recording
+from tests.rank_record import load as load_ranks
 from tests.simulated_node import device_count, node_env, simulated_node
 from tests.stock_runner import hook_off_env
+from tests.test_multinode import free_port
 
 # The node each preset is written for: its GPU's recorded snapshot (an MI250X shows two GCDs, so its
 # node has 2 devices), and the 8-GPU node for the presets of 8 and 16 ranks.
@@ -95,12 +100,22 @@ def test_the_rank_view_leaves_no_process_group_and_the_environment_as_it_was(tin
 
 
 # -- the node corpus: the check's verdict against stock LLaMA-Factory in the same world -----------------
+class SimWorld(NamedTuple):
+    node: str | None  # the simulated node's snapshot; None: this host as it is (CPU)
+    env: dict[str, str]
+    nodes: int = 1  # several: one stock `llamafactory-cli train` per node, NODE_RANK 0.., on this host
+
+
 TORCHRUN_CPU = {"FORCE_TORCHRUN": "1", "NPROC_PER_NODE": "2"}
+# Two nodes of one rank each, as the launcher starts them (torchrun --nnodes 2 --node_rank i, static
+# rendezvous at MASTER_ADDR:MASTER_PORT), both on this host: the world of 2 that one node's size (1) is not.
+TWO_NODES_CPU = {"FORCE_TORCHRUN": "1", "NNODES": "2", "NPROC_PER_NODE": "1", "MASTER_ADDR": "127.0.0.1"}
 WORLDS = {
-    "torchrun_2_cpu": (None, TORCHRUN_CPU),  # real torchrun ranks, gloo
-    "node_2_gpus": ("mi250x", {}),  # launcher sees 2 simulated GPUs -> 2 ranks
-    "node_8_gpus": ("mi300x_8gpu", {"NPROC_PER_NODE": "2"}),  # 8 visible, 2 ranks (8 CPU ranks are too many here)
-    "one_process": (None, {}),
+    "torchrun_2_cpu": SimWorld(None, TORCHRUN_CPU),  # real torchrun ranks, gloo
+    "node_2_gpus": SimWorld("mi250x", {}),  # launcher sees 2 simulated GPUs -> 2 ranks
+    "node_8_gpus": SimWorld("mi300x_8gpu", {"NPROC_PER_NODE": "2"}),  # 8 visible, 2 ranks (8 CPU ranks: too many)
+    "one_process": SimWorld(None, {}),
+    "two_nodes_1_each": SimWorld(None, TWO_NODES_CPU, nodes=2),
 }
 DEEPSPEED = Path(__file__).resolve().parents[1] / "presets" / "deepspeed" / "ds_z2_config.json"
 ZERO3 = {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
@@ -110,6 +125,7 @@ NODE_CASES = {
     "plain_torchrun": ("torchrun_2_cpu", {}, {}),
     "plain_node_2": ("node_2_gpus", {}, {}),
     "plain_node_8": ("node_8_gpus", {}, {}),
+    "plain_two_nodes": ("two_nodes_1_each", {}, {}),
     "batch_zero_torchrun": ("torchrun_2_cpu", {"per_device_train_batch_size": 0}, {}),
     "zero2_json_torchrun": ("torchrun_2_cpu", {"deepspeed": str(DEEPSPEED)}, {}),
     "zero3_json_node_2": ("node_2_gpus", {"deepspeed": "ZERO3"}, {}),
@@ -117,11 +133,39 @@ NODE_CASES = {
     "nccl_on_cpu_torchrun": ("torchrun_2_cpu", {"ddp_backend": "nccl"}, {}),
     "ray_without_ray": ("one_process", {}, {"USE_RAY": "1"}),
 }
+# Each refused case: the check's error code, the words the stock run stopped with (LLaMA-Factory's, or those of
+# the library it called), and the part of them the check's finding must say (None: all of them).
+REFUSED_BECAUSE: dict[str, tuple[str, str, str | None]] = {
+    "batch_zero_torchrun": (
+        "BATCH_REFUSED",
+        "batch_size should be a positive integer value, but got batch_size=0",
+        None,
+    ),
+    "zero2_json_torchrun": ("LLAMAFACTORY_REFUSED", "DeepSpeed is not available => install it", None),
+    "zero3_json_node_2": ("LLAMAFACTORY_REFUSED", "DeepSpeed is not available => install it", None),
+    "zero2_json_one_process": ("LLAMAFACTORY_REFUSED", "The 'deepspeed>=0.9.3' distribution was not found", None),
+    "nccl_on_cpu_torchrun": (
+        "LLAMAFACTORY_REFUSED",
+        "Your assigned backend nccl is not available, please use gloo",
+        None,
+    ),
+    # Stock stops at LLaMA-Factory's `ray.is_initialized()` (tuner.py _ray_training_function: ray is not
+    # installed here, so no parser ever runs); the check says RAY_CPU_UNSCHEDULABLE, another reason. Known
+    # disagreement (issue 40): no rule says that USE_RAY=1 needs ray installed.
+    "ray_without_ray": ("PACKAGE_MISSING", "NameError: name 'ray' is not defined", "ray"),
+}
+RAY_NOT_INSTALLED = "no rule names ray missing; the check refuses with RAY_CPU_UNSCHEDULABLE (issue 40)"
+STOPPED_BEFORE_THE_PARSER = {"ray_without_ray"}  # no stock process ran get_train_args: no world to compare
 
 
-def _case_files(case: str, tiny_model: Path, work: Path) -> tuple[Path, dict[str, str], str | None]:
+class StockRun(NamedTuple):
+    returncode: int  # 0 when every node's launcher exited 0
+    log: str
+    ranks: list[dict]  # what each process's get_train_args ran as (tests/rank_record.py)
+
+
+def _case_files(case: str, tiny_model: Path, work: Path) -> tuple[Path, SimWorld, dict[str, str]]:
     world, overrides, extra = NODE_CASES[case]
-    node, world_env = WORLDS[world]
     folder = work / case
     folder.mkdir(parents=True)
     overrides = dict(overrides)
@@ -131,17 +175,38 @@ def _case_files(case: str, tiny_model: Path, work: Path) -> tuple[Path, dict[str
     config = tiny_train_config(tiny_model, folder / "out", max_steps=1, **overrides)
     path = folder / "train.yaml"
     path.write_text(yaml.safe_dump(config))
-    return path, {**world_env, **extra}, node
+    return path, WORLDS[world], extra
 
 
-def _stock_env(path: Path, env_extra: dict[str, str], node: str | None) -> dict[str, str]:
-    env = hook_off_env(path.parent, **env_extra)
-    return node_env(node, env) if node is not None else env
+def _node_world(world: SimWorld, extra: dict[str, str], node_rank: int, port: int) -> dict[str, str]:
+    """The variables one node of ``world`` exports (its NODE_RANK; every node the same MASTER_PORT)."""
+    env = {**world.env, **extra}
+    if world.nodes > 1:
+        env.update(NODE_RANK=str(node_rank), MASTER_PORT=str(port))
+    return env
 
 
-def _stock(path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["llamafactory-cli", "train", str(path)], cwd=path.parent, env=env, capture_output=True,
-                          text=True, timeout=600)  # fmt: skip
+def _stock_envs(path: Path, world: SimWorld, extra: dict[str, str], port: int) -> list[tuple[Path, dict[str, str]]]:
+    """Each node's working folder (its own caches, as a node has its own disk) and stock environment: hook off,
+    the simulated node's answers where there is one, every process recording its rank's world."""
+    envs = []
+    for node_rank in range(world.nodes):
+        cwd = path.parent / f"node{node_rank}" if world.nodes > 1 else path.parent
+        cwd.mkdir(exist_ok=True)
+        env = hook_off_env(cwd, **_node_world(world, extra, node_rank, port), **{RANKS_ENV: str(path.parent / "ranks")})
+        env = node_env(world.node, env)
+        envs.append((cwd, env))
+    return envs
+
+
+def _stock(path: Path, envs: list[tuple[Path, dict[str, str]]]) -> StockRun:
+    nodes = [subprocess.Popen(["llamafactory-cli", "train", str(path)], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for cwd, env in envs]  # fmt: skip
+    logs = [node.communicate(timeout=600)[0] for node in nodes]
+    for (cwd, _), node_log in zip(envs, logs, strict=True):
+        (cwd / "stock.log").write_text(node_log)  # kept in pytest's tmp folder, to read when a case disagrees
+    code = next((node.returncode for node in nodes if node.returncode), 0)
+    return StockRun(code, "\n".join(logs), load_ranks(path.parent / "ranks"))
 
 
 @contextlib.contextmanager
@@ -156,54 +221,140 @@ def _environ(env: dict[str, str]):
         os.environ.update(saved)
 
 
-def _check(path: Path, env_extra: dict[str, str], node: str | None) -> dict:
-    """`llamafactory-rocm check` as the user runs it in that world, in this process: the machine probed
-    (on a simulated node, torch answers as the node), the world's variables in the environment."""
+def _check(path: Path, world: SimWorld, extra: dict[str, str], node_rank: int = 0) -> dict:
+    """`llamafactory-rocm check` as the user runs it on node ``node_rank`` of that world, in this process: the
+    machine probed (on a simulated node, torch answers as the node), the world's variables in the environment,
+    and what LLaMA-Factory's parser ran as recorded."""
     from llamafactory_rocm.check.config_io import load_config
     from llamafactory_rocm.cli.main import main as cli_main
 
-    env = offline_env(path.parent, **env_extra)
-    node_context = simulated_node(node) if node is not None else contextlib.nullcontext()
+    env = offline_env(path.parent, **_node_world(world, extra, node_rank, 29500))
+    node_context = simulated_node(world.node) if world.node is not None else contextlib.nullcontext()
     out = io.StringIO()
+    judged = path.parent / f"judged-node{node_rank}"
     with _environ(env), node_context, contextlib.redirect_stdout(out), contextlib.chdir(path.parent):
         assert load_config(path)  # the file is what the stock run reads
-        code = cli_main(["check", str(path), "--json"])
-    return {"exit": code, "out": out.getvalue()}
+        with recording(judged):
+            code = cli_main(["check", str(path), "--json"])
+    (path.parent / f"check-node{node_rank}.json").write_text(out.getvalue())
+    return {"exit": code, "out": out.getvalue(), "ranks": load_ranks(judged), "node_rank": node_rank}
+
+
+def _selected() -> list[str]:
+    """NODE_CORPUS_ONLY=regex runs only the matching cases (a quick look at one world; the rest are skipped)."""
+    only = os.environ.get("NODE_CORPUS_ONLY")
+    return [case for case in NODE_CASES if only is None or re.search(only, case)]
 
 
 @pytest.fixture(scope="module")
 def node_corpus(tiny_model, tmp_path_factory):
-    """Each case run in its world twice: stock LLaMA-Factory (hook off, a subprocess, two at a time) and
-    `llamafactory-rocm check` (in this process, meanwhile)."""
+    """Each case run in its world twice: stock LLaMA-Factory (hook off, subprocesses, two cases at a time)
+    and `llamafactory-rocm check` on each node (in this process, meanwhile)."""
     work = tmp_path_factory.mktemp("node-corpus")
-    files = {case: _case_files(case, tiny_model, work) for case in NODE_CASES}
+    cases = _selected()
+    files = {case: _case_files(case, tiny_model, work) for case in cases}
     with ThreadPoolExecutor(max_workers=2) as pool:
-        envs = {case: _stock_env(*files[case]) for case in NODE_CASES}  # before this process's env changes
-        stock = {case: pool.submit(_stock, files[case][0], envs[case]) for case in NODE_CASES}
-        checked = {case: _check(*files[case]) for case in NODE_CASES}
-        return {case: (stock[case].result(), checked[case]) for case in NODE_CASES}
+        envs = {case: _stock_envs(*files[case], port=free_port()) for case in cases}  # before os.environ changes
+        stock = {case: pool.submit(_stock, files[case][0], envs[case]) for case in cases}
+        checked = {case: [_check(*files[case], node_rank=i) for i in range(files[case][1].nodes)] for case in cases}
+        return {case: (stock[case].result(), checked[case]) for case in cases}
+
+
+def _case(node_corpus: dict, case: str) -> tuple[StockRun, list[dict]]:
+    if case not in node_corpus:
+        pytest.skip("not selected by NODE_CORPUS_ONLY")
+    return node_corpus[case]
+
+
+def _errors(checked: dict) -> list[dict]:
+    return [f for f in json.loads(checked["out"])["findings"] if f["level"] == "error"]
 
 
 @pytest.mark.trainer
 @pytest.mark.parametrize("case", list(NODE_CASES))
 def test_the_check_agrees_with_stock_llamafactory_in_the_world_its_launcher_starts(case, node_corpus):
-    stock, checked = node_corpus[case]
+    stock, on_each_node = _case(node_corpus, case)
     trained = stock.returncode == 0
-    log = (stock.stdout + stock.stderr)[-2500:]
-    assert checked["exit"] in (0, 1), f"check must answer, not crash: {checked['out'][-3000:]}"
-    report = json.loads(checked["out"])
-    errors = [f["code"] for f in report["findings"] if f["level"] == "error"]
-    assert (checked["exit"] == 0) is trained, f"stock {'trained' if trained else 'stopped'}; check: {errors}\n{log}"
+    log = stock.log[-2500:]
+    for checked in on_each_node:
+        assert checked["exit"] in (0, 1), f"check must answer, not crash: {checked['out'][-3000:]}"
+        errors = [f["code"] for f in _errors(checked)]
+        assert (checked["exit"] == 0) is trained, f"stock {'trained' if trained else 'stopped'}; check: {errors}\n{log}"
     world = WORLDS[NODE_CASES[case][0]]
-    if trained and (world[0] is not None or world[1]):  # a torchrun world: the check judged as its rank
-        assert "JUDGED_AS_RANK" in [f["code"] for f in report["findings"]]
+    if trained and (world.node is not None or world.env):  # a torchrun world: the check judged as its rank
+        assert "JUDGED_AS_RANK" in [f["code"] for f in json.loads(on_each_node[0]["out"])["findings"]]
+
+
+WORLD_FIELDS = ("env", "training_args", "torch.distributed", "accelerate")
+
+
+def _world_of(record: dict) -> dict:
+    """The numbers a world gives a rank. Where the parser refused, only torchrun's variables: the stock rank
+    builds its process group inside the parser (accelerate's PartialState), the check's is up before it."""
+    fields = ("env",) if "refused" in record else WORLD_FIELDS
+    return {name: record.get(name) for name in fields}
+
+
+@pytest.mark.trainer
+@pytest.mark.parametrize("case", list(NODE_CASES))
+def test_the_check_judged_each_node_as_the_world_its_first_stock_rank_really_got(case, node_corpus):
+    """What LLaMA-Factory's parser ran as in the check (check/rank.py's view) is what it ran as in that node's
+    first stock rank: torchrun's WORLD_SIZE, LOCAL_WORLD_SIZE, RANK, LOCAL_RANK, GROUP_RANK, GROUP_WORLD_SIZE,
+    transformers' world size, process indices and parallel mode, torch.distributed's and accelerate's world;
+    and JUDGED_AS_RANK says those numbers."""
+    stock, on_each_node = _case(node_corpus, case)
+    if case in STOPPED_BEFORE_THE_PARSER:
+        assert stock.ranks == [] and stock.returncode != 0
+        return
+    assert stock.ranks, f"no stock process recorded its world: {stock.log[-2500:]}"
+    world = WORLDS[NODE_CASES[case][0]]
+    per_node = len(stock.ranks) // world.nodes
+    for checked in on_each_node:
+        first = checked["node_rank"] * per_node  # the node's first rank: the one that runs the full check
+        (stock_rank,) = [r for r in stock.ranks if int(r["env"]["RANK"] or 0) == first]
+        assert checked["ranks"], "the check never ran LLaMA-Factory's parser"
+        for judged in checked["ranks"]:  # the parser's verdict and the dry launch's parse
+            assert _world_of(judged) == _world_of(stock_rank)
+        said = [f for f in json.loads(checked["out"])["findings"] if f["code"] == "JUDGED_AS_RANK"]
+        env = stock_rank["env"]
+        if env["WORLD_SIZE"] is None:  # one plain process: no rank's view
+            assert said == []
+            continue
+        (finding,) = said  # its words: check/rank.py RankWorld.describe
+        rank_words = (
+            f"as rank {env['RANK']} of a torchrun world of {env['WORLD_SIZE']} ({env['LOCAL_WORLD_SIZE']} per node"
+        )
+        assert rank_words in finding["message"]
+
+
+@pytest.mark.trainer
+@pytest.mark.parametrize(
+    "case",
+    [pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=RAY_NOT_INSTALLED)) if c == "ray_without_ray" else c
+     for c in sorted(REFUSED_BECAUSE)],
+)  # fmt: skip
+def test_a_refusal_gives_the_reason_the_stock_run_stopped_for(case, node_corpus):
+    """Not only the exit code: the check's refusal has the code for the reason the stock run stopped for, and
+    says it in the words the stock run stopped with."""
+    stock, on_each_node = _case(node_corpus, case)
+    code, stock_words, check_words = REFUSED_BECAUSE[case]
+    check_words = check_words or stock_words
+    assert stock.returncode != 0 and stock_words in stock.log, stock.log[-2500:]
+    for checked in on_each_node:
+        errors = _errors(checked)
+        said = [f["message"] for f in errors if f["code"] == code]
+        assert any(check_words in message for message in said), [f"{f['code']}: {f['message']}" for f in errors]
 
 
 def test_the_corpus_covers_each_world_and_both_verdicts(node_corpus):
-    """A corpus of one verdict or one world cannot tell a rank's view from a plain process's."""
+    """A corpus of one verdict or one world cannot tell a rank's view from a plain process's; every refusal
+    has its reason pinned."""
+    if set(node_corpus) != set(NODE_CASES):
+        pytest.skip("NODE_CORPUS_ONLY ran a part of the corpus")
     assert {NODE_CASES[case][0] for case in NODE_CASES} == set(WORLDS)
     verdicts = {stock.returncode == 0 for stock, _ in node_corpus.values()}
     assert verdicts == {True, False}
+    assert {case for case, (stock, _) in node_corpus.items() if stock.returncode} == set(REFUSED_BECAUSE)
 
 
 # -- the hook on a simulated 2-GPU node ----------------------------------------------------------------

@@ -8,8 +8,9 @@ LLaMA-Factory's parser accepts a node of 8 GPUs. Judged in one plain process ins
 has ``n_gpu`` 8 and ``parallel_mode`` NOT_DISTRIBUTED, and the parser refuses every 8-GPU run
 ("Please launch distributed training with `llamafactory-cli` or `torchrun`").
 
-So the check takes a rank's view: torchrun's variables for rank 0 of that world (or the rank's own,
-under torchrun), and torch's fake process group (``torch.testing._internal.distributed.fake_pg``:
+So the check takes a rank's view: torchrun's variables for this node's first rank of that world (rank
+NODE_RANK x NPROC_PER_NODE, the one that runs the full check under the hook; or the rank's own, under
+torchrun), and torch's fake process group (``torch.testing._internal.distributed.fake_pg``:
 collectives that complete at once, no peer, no network) already initialised, so that accelerate's
 ``PartialState`` and LLaMA-Factory's ``main_process_first`` barriers use it instead of joining or
 pairing anything with the real ranks. Afterwards the group is destroyed, accelerate's shared state
@@ -138,8 +139,8 @@ def _reset_accelerate() -> None:
 
 
 def launched_world(config: Mapping[str, Any], env: Mapping[str, str], ctx: Any) -> RankWorld | None:
-    """The rank whose view judges the config: this process's own under torchrun; else rank 0 of the world
-    LLaMA-Factory's launcher starts for ``env`` on ``ctx``'s node (rules/world.py, the launcher's line);
+    """The rank whose view judges the config: this process's own under torchrun; else this node's first rank
+    of the world LLaMA-Factory's launcher starts for ``env`` on ``ctx``'s node (rules/world.py, the launcher's line);
     None for one plain process, and when planning without a GPU count (the world is not known)."""
     own = running_rank()
     if own is not None:
@@ -156,7 +157,11 @@ def launched_world(config: Mapping[str, Any], env: Mapping[str, str], ctx: Any) 
     if ctx.snapshot.source.startswith("planned") and _int(env.get("NPROC_PER_NODE")) is None and not ray:
         return None
     local = 1 if ray else world.per_node  # a Ray worker holds one GPU (LLaMA-Factory's placement bundle)
-    return RankWorld(size=world.size, local_size=local, source=world.source)
+    # The launcher's static rendezvous (torchrun --node_rank NODE_RANK) numbers node n's ranks from n x ranks
+    # per node: on node 1 no rank 0 runs. Under RDZV_ID (c10d, no --node_rank) the rendezvous picks the order.
+    static = not ray and env.get("RDZV_ID") is None
+    first = (_int(env.get("NODE_RANK")) or 0) * local if static else 0
+    return RankWorld(size=world.size, local_size=local, rank=first, source=world.source)
 
 
 def rank_finding(world: RankWorld) -> Any:

@@ -1,17 +1,27 @@
-"""Installs the simulated node (tests/simulated_node.py) in every Python process of a test's run.
+"""Installs the simulated node (tests/simulated_node.py) in every Python process of a test's run, and the
+rank recorder (tests/rank_record.py) where the test asks for it.
 
 LLAMAFACTORY_ROCM_TEST_NODE names the snapshot. The launcher's process (``llamafactory-cli``, no
 LOCAL_RANK) sees the node's devices, so LLaMA-Factory starts torchrun with that many ranks. A torchrun
 rank sees them while the pre-launch check runs (what a rank of that node would judge), then trains on
 the CPU with gloo: a rank of a simulated node cannot run a kernel on a GPU that does not exist.
+
+LLAMAFACTORY_ROCM_TEST_RANKS names a folder: every process that runs LLaMA-Factory's ``get_train_args``
+writes there the world it ran in (torchrun's variables, TrainingArguments, torch.distributed, accelerate).
 """
 
 import os
 import sys
 
 _node = os.environ.get("LLAMAFACTORY_ROCM_TEST_NODE")
-if _node:
+_ranks = os.environ.get("LLAMAFACTORY_ROCM_TEST_RANKS")
+if _node or _ranks:
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if _ranks:
+    import rank_record
+
+    rank_record.install(_ranks)
+if _node:
     import simulated_node
 
     if "LOCAL_RANK" not in os.environ:
