@@ -113,6 +113,8 @@ def build_model(launch: Launch) -> None:
         launch.run.built = count_model(launch.model)
     if launch.model is not None and launch.tokenized_max_id is not None:
         _check_tokenized_ids(launch)
+    if launch.model is not None and launch.template is not None:
+        _check_tokenizer_fits(launch)
 
 
 @contextlib.contextmanager
@@ -233,6 +235,47 @@ def _check_tokenized_ids(launch: Launch) -> None:
             "tokenizer. The first forward fails in the embedding (index out of range).",
             key="tokenized_path",
         )
+
+
+def _check_tokenizer_fits(launch: Launch) -> None:
+    """The tokens the template writes must have rows in the model's embedding. get_template_and_fix_tokenizer
+    (and add_tokens/add_special_tokens) may add tokens to the tokenizer; LLaMA-Factory resizes the embedding to
+    ``len(tokenizer)`` only with ``resize_vocab`` (model/patcher.py ``patch_model`` -> model/model_utils/
+    embedding.py ``resize_embedding_layer``, which resizes when ``len(tokenizer) > current_embedding_size``;
+    add_tokens and add_special_tokens set resize_vocab themselves, a template's tokens only warn). The model here
+    is load_model's own, resized or not, so its rows are what the first forward meets. The ids checked are the
+    ones LLaMA-Factory's own template writes for a one-turn exchange (``Template.encode_oneturn``), the eos the
+    processors append and the pad id the collator pads with: an id at or above the rows fails in
+    torch.nn.functional.embedding ("IndexError: index out of range in self"; a device-side assert on a GPU)."""
+    embeddings = _input_embeddings(launch.model)
+    tokenizer = launch.tokenizer_module["tokenizer"]
+    rows = getattr(embeddings, "num_embeddings", None)
+    if rows is None or len(tokenizer) <= rows:  # resize_embedding_layer's own test: nothing past the rows
+        return
+    exchange = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hi"}]
+    try:
+        prompt, response = launch.template.encode_oneturn(tokenizer, exchange)
+    except Exception:  # a template that needs more than a plain exchange: its ids are not read here
+        prompt, response = [], []
+    written = {*prompt, *response, tokenizer.eos_token_id, tokenizer.pad_token_id} - {None}
+    beyond = sorted(i for i in written if i >= rows)
+    if not beyond:
+        return
+    quantized = launch.model_args.quantization_bit is not None or bool(
+        getattr(launch.model.config, "quantization_config", None)
+    )
+    tokens = ", ".join(str(t) for t in tokenizer.convert_ids_to_tokens(beyond))
+    launch.run.error(
+        code="TOKENIZER_BEYOND_EMBEDDING",
+        message=f"template {launch.data_args.template} leaves the tokenizer {len(tokenizer)} tokens, but the model's "
+        f"embedding has {rows} rows and resize_vocab is off: the template writes {tokens} (id "
+        f"{', '.join(map(str, beyond))}), and the first forward fails in the embedding "
+        "(IndexError: index out of range in self). LLaMA-Factory resizes the embedding only with resize_vocab "
+        "(model/model_utils/embedding.py resize_embedding_layer).",
+        key="resize_vocab" if not quantized else "template",
+        fix_as="quantized" if quantized else "resize",
+        fix_with={"template": launch.data_args.template},
+    )
 
 
 def _input_embeddings(model: Any) -> Any:
