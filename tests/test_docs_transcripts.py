@@ -1,4 +1,5 @@
-"""The terminal transcripts the docs quote are what the commands print today.
+"""The terminal transcripts the docs quote are what the commands print today; the exit-code tables are the
+codes the CLI defines; no page quotes a test count; each user page says no AMD GPU ran it.
 
 Each quoted block is the output of one command on a recorded snapshot (or a plan for a catalogued GPU),
 which needs no GPU: a rule's wording that changes without its docs fails here, naming the command that
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 from pathlib import Path
 
 import pytest
@@ -77,3 +79,43 @@ def test_the_quoted_output_is_what_the_command_prints(doc, marker, args, monkeyp
         main(args)
     printed = out.getvalue().rstrip("\n")
     assert quoted_block(doc, marker) == printed, f"regenerate {doc}'s block: llamafactory-rocm {' '.join(args)}"
+
+
+def cli_exit_codes() -> set[int]:
+    """The exit codes the CLI defines: errors.py's EXIT_* constants and the numbers cli/main.py returns as
+    they are (130 for Ctrl-C, 141 for a closed pipe)."""
+    import ast
+
+    from llamafactory_rocm import errors
+
+    codes = {value for name, value in vars(errors).items() if name.startswith("EXIT_") and isinstance(value, int)}
+    main_py = (ROOT / "llamafactory_rocm" / "cli" / "main.py").read_text(encoding="utf-8")
+    for node in ast.walk(ast.parse(main_py)):
+        if isinstance(node, ast.Return) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, int):
+            codes.add(node.value.value)
+    return codes
+
+
+def documented_exit_codes(doc: str, heading: str) -> set[int]:
+    """The codes of the table under ``heading`` in ``doc`` (its rows ``| 4 | ... |``)."""
+    text = (ROOT / doc).read_text(encoding="utf-8").split(heading + "\n", 1)[1]
+    table = text.split("\n#", 1)[0]
+    return {int(code) for code in re.findall(r"^\| (\d+) \|", table, flags=re.M)}
+
+
+@pytest.mark.parametrize(("doc", "heading"), [("README.md", "### Exit codes"), ("docs/index.md", "## Exit codes")])
+def test_the_exit_code_table_is_the_clis(doc, heading):
+    assert cli_exit_codes() >= {0, 1, 2, 3, 4, 5, 130, 141}  # the search finds what it must
+    assert documented_exit_codes(doc, heading) == cli_exit_codes(), f"{doc}'s {heading} table"
+
+
+def test_the_readme_quotes_no_test_count():
+    """A count of passed tests goes stale with the next test added: the README says how to run them instead."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert not re.findall(r"\b\d+ (?:passed|tests? pass)", text)
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/index.md", "docs/after-training.md", "docs/llamaboard.md"])
+def test_each_page_says_no_amd_gpu_ran_it(doc):
+    text = (ROOT / doc).read_text(encoding="utf-8")
+    assert re.search(r"No AMD GPU was available", text), f"{doc} lacks the notice that no AMD GPU ran this"
