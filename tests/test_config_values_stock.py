@@ -64,3 +64,21 @@ def test_a_config_file_followed_by_flags_is_refused_as_stock_refuses_it(tiny_mod
         load_launch_args([str(config), "--lora_rank", "8"])
     assert said in str(ours.value) and "'--lora_rank', '8' become keys" in str(ours.value)
     assert "lora_rank=8" in str(ours.value) and "\n" not in str(ours.value)
+
+
+# warmup_steps: .inf, which the stock run stops on (transformers' get_warmup_steps: int(inf)), gave
+# check's SCHEDULER_REFUSED by hand (2026-12-06); not run here, each stock run costs ~25 s of CI.
+@pytest.mark.parametrize(("key", "trains"), [("learning_rate", True)])
+def test_a_non_finite_float_is_judged_as_the_stock_run_judges_it(key, trains, tiny_model, tmp_path):
+    """``.inf`` in a float key (issue 37): LLaMA-Factory's parser takes it and the stock run trains with
+    ``learning_rate: .inf`` (a meaningless loss), so check says VALUE_NOT_FINITE and does not refuse it."""
+    from llamafactory_rocm.check.run import check_config
+    from llamafactory_rocm.findings import has_errors
+    from tests.conftest import load_snapshot
+
+    config = tiny_train_config(tiny_model, tmp_path / "out", max_steps=1, **{key: float("inf")})
+    stock = stock_train([str(write(tmp_path / "cfg.yaml", config))], tmp_path)
+    assert (stock.returncode == 0) is trains, stock.stderr[-3000:]
+    findings = check_config(config, snapshot=load_snapshot("cpu_only")).resolution.findings
+    assert has_errors(findings) is not trains, [f.line() for f in findings]
+    assert any(f.code == "VALUE_NOT_FINITE" and f.key == key for f in findings)
