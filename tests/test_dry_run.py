@@ -589,6 +589,23 @@ def test_a_trainer_state_another_transformers_wrote(tiny_model, tmp_path, data, 
     assert "CHECKPOINT_STATE_INCOMPATIBLE" not in errors(dry_launch(cfg))
 
 
+def test_a_trainer_state_another_transformers_wrote_found_in_output_dir(tiny_model, tmp_path, data, monkeypatch):
+    """LLaMA-Factory resumes from output_dir's checkpoint on its own: the fix is a new output_dir, which keeps it
+    (the stock run: the corpus's resume_state_without_stateful_callbacks)."""
+    ckpt = tmp_path / "out" / "checkpoint-1"
+    ckpt.mkdir(parents=True)
+    (ckpt / "model.safetensors").write_bytes(b"")
+    (ckpt / "trainer_state.json").write_text(json.dumps({"global_step": 1, "train_batch_size": 2}))  # < 4.41
+    cfg = config(tiny_model, tmp_path, data, finetuning_type="full")
+    run = dry_launch(cfg)
+    assert "KeyError: 'TrainerControl'" in errors(run)["CHECKPOINT_STATE_INCOMPATIBLE"]
+    fix = fixed(the(run, "CHECKPOINT_STATE_INCOMPATIBLE"))
+    assert list(fix) == ["output_dir"]
+    monkeypatch.chdir(tmp_path)
+    assert "CHECKPOINT_STATE_INCOMPATIBLE" not in errors(dry_launch({**cfg, **fix}))
+    assert (ckpt / "trainer_state.json").is_file()  # kept
+
+
 def run_args(cfg: dict):
     from llamafactory_rocm.lf.verdict import _restored_environ
 
