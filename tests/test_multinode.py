@@ -22,6 +22,8 @@ from llamafactory_rocm import presets
 from llamafactory_rocm.errors import EXIT_FINDINGS, EXIT_NODES_DISAGREE, EXIT_OK, EXIT_USAGE
 from llamafactory_rocm.train.agreement import SNAPSHOT_ENV, differences, disagreement_line, node_facts
 from tests.conftest import SNAPSHOTS, load_snapshot, offline_env, tiny_train_config
+from tests.rank_record import RANKS_ENV
+from tests.simulated_node import node_env
 
 LLAMAFACTORY_CLI = str(Path(sys.executable).parent / "llamafactory-cli")
 PRESET = "mi300x_llama3_lora_2node"
@@ -147,6 +149,7 @@ def start_node(rank: int, cwd: Path, config: Path, port: int, **extra: str) -> s
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))  # fmt: skip
     env.pop(SNAPSHOT_ENV, None)
     env.update(extra)
+    env = node_env(None, env)  # tests/simnode's sitecustomize: the rank recorder where RANKS_ENV asks for it
     return subprocess.Popen([LLAMAFACTORY_CLI, "train", str(config)], cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
 
@@ -177,7 +180,9 @@ def node_config(model: Path, tmp_path: Path, rank: int, **overrides: object) -> 
 def test_two_nodes_train_with_identical_rewrites_and_one_record_per_node(tiny_model, tmp_path):
     from llamafactory_rocm.check.record import latest_record
 
-    codes, logs, _ = two_nodes(tmp_path, (node_config(tiny_model, tmp_path, 0), node_config(tiny_model, tmp_path, 1)))
+    ranks = tmp_path / "ranks"
+    configs = (node_config(tiny_model, tmp_path, 0), node_config(tiny_model, tmp_path, 1))
+    codes, logs, _ = two_nodes(tmp_path, configs, **{RANKS_ENV: str(ranks)})
     assert codes == [EXIT_OK, EXIT_OK], logs[0][-3000:] + logs[1][-3000:]
     for rank, log in enumerate(logs):  # LLaMA-Factory's launcher, before the hook: each node joined as itself
         assert f"Multi-node training enabled: num nodes: 2, node rank: {rank}" in log
@@ -193,6 +198,19 @@ def test_two_nodes_train_with_identical_rewrites_and_one_record_per_node(tiny_mo
     assert resolved[0] == resolved[1] and resolved[0]["use_cpu"] is True  # the same rewrites on both
     codes_said = [sorted(f["code"] for f in record["findings"]) for record in records]
     assert codes_said[0] == codes_said[1]
+    # In each rank, the hook's check ran LLaMA-Factory's parser as the world the rank's real parse then got
+    # (tests/rank_record.py: torchrun's variables, TrainingArguments, torch.distributed, accelerate), and its
+    # record says that rank.
+    by_process: dict[int, list[dict]] = {}
+    for path in sorted(ranks.glob("*.json")):
+        by_process.setdefault(int(path.name.split("-")[0]), []).append(json.loads(path.read_text()))
+    assert len(by_process) == 2
+    for parses in by_process.values():  # the hook's dry parses (its verdict, its dry launch), then the trainer's
+        real = parses[-1]
+        assert len(parses) >= 2 and all(parse == real for parse in parses), parses
+        node = int(real["env"]["GROUP_RANK"])
+        (said,) = [f["message"] for f in records[node]["findings"] if f["code"] == "JUDGED_AS_RANK"]
+        assert f"as rank {real['env']['RANK']} of a torchrun world of {real['env']['WORLD_SIZE']} (1 per node" in said
     assert (outs[0] / "adapter_model.safetensors").is_file()  # global rank 0 saves the adapter
     assert json.loads((outs[0] / "trainer_state.json").read_text())["global_step"] == 2
 
