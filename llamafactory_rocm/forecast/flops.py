@@ -1,0 +1,125 @@
+"""FLOPs of one micro-batch's forward and backward on the model LLaMA-Factory built, counted by torch's
+``torch.utils.flop_counter.FlopCounterMode`` (the matmuls, convolutions and attention kernels torch has a
+formula for), on FakeTensors as the activation trace runs it (lf/dry_activations.py): nothing is allocated.
+
+The backward is the model's own: autograd computes weight gradients only for the parameters that require
+them (LoRA's adapters, freeze's unfrozen layers, every weight in full), so LoRA vs full vs freeze is what
+autograd does, not a factor. The model's own gradient checkpointing runs (transformers' ``GradientCheckpointingLayer``,
+torch's checkpoint): its backward recomputes each checkpointed layer whose output needs a gradient, and that
+recompute is told apart by those layers' forward FLOPs. Every layer runs (the activation trace runs two of
+each kind; FlopCounterMode's per-module attribution of the backward is not exact enough to scale from them).
+tests/test_forecast_flops.py checks the count against a real CPU step and the paper's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class StepFlops:
+    forward: int
+    backward: int
+    recompute: int  # gradient checkpointing's second forward of its layers
+    sequences: int
+    length: int
+
+    @property
+    def total(self) -> int:
+        return self.forward + self.backward + self.recompute
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "forward": self.forward,
+            "backward": self.backward,
+            "recompute": self.recompute,
+            "total": self.total,
+            "shape": [self.sequences, self.length],
+        }
+
+
+def step_flops(
+    model: Any,
+    sequences: int,
+    length: int,
+    compute_dtype: str | None,
+) -> StepFlops:
+    """Forward + backward FLOPs of ``sequences`` x ``length`` tokens on ``model`` (labels = ids: the loss
+    and its logits are in the count, as in training), with the model's own gradient checkpointing (LLaMA-Factory's
+    prepare_model_for_training turns it on unless disable_gradient_checkpointing)."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    from ..lf.dry_activations import _faked, _needs_token_types, _rows_unpacked
+
+    mode = FakeTensorMode()
+    forward_counter = FlopCounterMode(display=False, custom_mapping=cpu_attention_formulas())
+    backward_counter = FlopCounterMode(display=False, custom_mapping=cpu_attention_formulas())
+    layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+    names = {id(module): name for name, module in model.named_modules()}
+    recomputed: list[str] = []  # checkpointed layers whose output needs a gradient: backward recomputes them
+
+    def watch(module: Any, _args: Any, output: Any) -> None:
+        first = output[0] if isinstance(output, tuple) else output
+        if getattr(module, "gradient_checkpointing", False) and getattr(first, "requires_grad", False):
+            recomputed.append(names[id(module)])
+
+    handles = [layer.register_forward_hook(watch) for layer in layers]
+    try:
+        with _faked(model, mode), _rows_unpacked(), mode:
+            autocast = (
+                torch.autocast("cpu", dtype=getattr(torch, compute_dtype))
+                if compute_dtype
+                else contextlib.nullcontext()
+            )
+            ids = torch.zeros(sequences, length, dtype=torch.long)
+            extra = {"token_type_ids": torch.zeros_like(ids)} if _needs_token_types(model) else {}
+            with forward_counter, autocast:  # the model's own checkpointing: its backward recomputes
+                loss = model(input_ids=ids, labels=ids, use_cache=False, **extra).loss
+            with backward_counter:
+                if loss.requires_grad:
+                    loss.backward()
+    finally:
+        for handle in handles:
+            handle.remove()
+    # forward FLOPs are attributed to the module running (FlopCounterMode's module tracker)
+    by_module = _by_module(forward_counter)
+    recompute = sum(by_module.get(name, 0) for name in recomputed)
+    backward = backward_counter.get_total_flops() - recompute
+    return StepFlops(forward_counter.get_total_flops(), int(backward), int(recompute), sequences, length)
+
+
+def cpu_attention_formulas() -> dict[Any, Any]:
+    """The fused attention kernel torch picks on the CPU has no FLOP formula in torch's registry; the GPU's
+    fused kernels (flash, efficient, cudnn: the ones a ROCm or CUDA run takes) share torch's
+    ``sdpa_flop``/``sdpa_backward_flop``, whose arguments the CPU kernel's schema begins with too."""
+    import torch
+    from torch.utils import flop_counter
+
+    def forward(query: Any, key: Any, value: Any, *_args: Any, out_shape: Any = None, **_kwargs: Any) -> int:
+        return flop_counter.sdpa_flop_count(query, key, value)
+
+    def backward(grad: Any, query: Any, key: Any, value: Any, *_args: Any, out_shape: Any = None, **_kw: Any) -> int:
+        return flop_counter.sdpa_backward_flop_count(grad, query, key, value)
+
+    aten = torch.ops.aten
+    return {
+        aten._scaled_dot_product_flash_attention_for_cpu: forward,
+        aten._scaled_dot_product_flash_attention_for_cpu_backward: backward,
+    }
+
+
+def _by_module(counter: Any) -> dict[str, int]:
+    """FlopCounterMode's per-module totals, keyed by the dotted name after its root class's name."""
+    return {name.partition(".")[2]: sum(ops.values()) for name, ops in counter.get_flop_counts().items()}
+
+
+def _module_key(model: Any, layer: Any) -> str:
+    for name, module in model.named_modules():
+        if module is layer:
+            return name
+    return ""

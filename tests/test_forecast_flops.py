@@ -1,0 +1,91 @@
+"""FLOPs per step (forecast/flops.py) on the tiny model as LLaMA-Factory builds it (load_model + init_adapter,
+real CPU weights): equal to FlopCounterMode around a real forward + backward of the same model, and within 5%
+of the count written here from the papers' formula (Kaplan et al. 2020 / Narayanan et al. 2021: a matmul of a
+(T x i) input by an (i x o) weight is 2*T*i*o FLOPs forward; its backward is 2*T*i*o for the input's gradient,
+where the input needs one, and 2*T*i*o for the weight's, where the weight is trained; attention's scores and
+weighted values are 2 matmuls of 2*b*s*s*d each forward, twice that backward; recompute repeats a layer's
+forward)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llamafactory_rocm.forecast.flops import cpu_attention_formulas, step_flops
+from tests.conftest import tiny_train_config
+
+BATCH, LENGTH = 2, 48
+
+
+def _built(tiny_model: Path, tmp_path: Path, **overrides: object):
+    from llamafactory.hparams import get_train_args
+    from llamafactory.model import load_model, load_tokenizer
+
+    config = tiny_train_config(tiny_model, tmp_path / "out", **overrides)
+    model_args, _data_args, _training_args, finetuning_args, _gen = get_train_args(config)
+    tokenizer = load_tokenizer(model_args)["tokenizer"]
+    return load_model(tokenizer, model_args, finetuning_args, is_trainable=True)
+
+
+def _real_step(model) -> int:
+    """FlopCounterMode around a real step (the model's own gradient checkpointing recomputes in backward);
+    the CPU's fused attention kernel counted with torch's formula for the GPU's (flops.py)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    ids = torch.randint(0, 400, (BATCH, LENGTH))
+    with FlopCounterMode(display=False, custom_mapping=cpu_attention_formulas()) as counter:
+        model(input_ids=ids, labels=ids, use_cache=False).loss.backward()
+    return counter.get_total_flops()
+
+
+def _paper(model, *, lora_rank: int | None, checkpointing: bool) -> int:
+    """Forward + backward FLOPs of the tiny Llama from its config alone (no FlopCounterMode)."""
+    c = model.config
+    tokens, d, f, layers, vocab = BATCH * LENGTH, c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.vocab_size
+    kv = c.num_key_value_heads * (c.hidden_size // c.num_attention_heads)
+    # per layer: q, o (d x d); k, v (d x kv); gate, up (d x f); down (f x d)
+    shapes = {"q": (d, d), "k": (d, kv), "v": (d, kv), "o": (d, d), "gate": (d, f), "up": (d, f), "down": (f, d)}
+    layer_matmul = sum(2 * tokens * i * o for i, o in shapes.values())
+    attention = 2 * 2 * BATCH * LENGTH * LENGTH * d
+    head = 2 * tokens * d * vocab
+    forward = layers * (layer_matmul + attention) + head
+    recompute = layers * (layer_matmul + attention) if checkpointing else 0
+    if lora_rank is None:  # every weight trained, every input needs its gradient
+        return forward + 2 * forward + recompute
+    recompute += layers * sum(2 * tokens * lora_rank * (i + o) for i, o in shapes.values()) if checkpointing else 0
+    adapter = sum(2 * tokens * lora_rank * (i + o) for i, o in shapes.values())  # A (i x r) then B (r x o)
+    forward += layers * adapter
+    # backward: input gradients of every matmul (LLaMA-Factory makes the embedding's output need a gradient for
+    # checkpointing, enable_input_require_grads); the adapters' weight gradients (A and B, as forward)
+    input_grads = layers * (layer_matmul + adapter) + head
+    backward = input_grads + layers * (2 * attention) + layers * adapter
+    return forward + backward + recompute
+
+
+@pytest.mark.parametrize("finetuning_type", ["lora", "full"])
+def test_flops_equal_a_real_cpu_step_and_the_papers_count(finetuning_type, tiny_model, tmp_path):
+    model = _built(tiny_model, tmp_path, finetuning_type=finetuning_type)
+    counted = step_flops(model, BATCH, LENGTH, None)  # LLaMA-Factory's default: gradient checkpointing on
+    assert counted.recompute > 0
+    real = _real_step(model)
+    paper = _paper(model, lora_rank=16 if finetuning_type == "lora" else None, checkpointing=True)
+    print(f"FLOPS {finetuning_type}: {counted} total {counted.total} real {real} paper {paper}")
+    assert counted.total == real
+    assert abs(counted.total - paper) / paper < 0.05, (counted, paper)
+
+
+def test_freeze_trains_fewer_weights_than_full_and_checkpointing_adds_the_layers_forward(tiny_model, tmp_path):
+    full = step_flops(_built(tiny_model, tmp_path, finetuning_type="full"), BATCH, LENGTH, None)
+    frozen = _built(tiny_model, tmp_path, finetuning_type="freeze", freeze_trainable_layers=1)
+    freeze = step_flops(frozen, BATCH, LENGTH, None)
+    assert freeze.forward == full.forward and freeze.backward < full.backward
+    assert freeze.total == _real_step(frozen)
+    # recompute: only the trained last layer's output needs a gradient, so only it is recomputed: one decoder
+    # layer's forward (q, o: d x d; k, v: d x kv; gate, up, down: d x f; attention's two matmuls)
+    c = frozen.config
+    d, f, tokens = c.hidden_size, c.intermediate_size, BATCH * LENGTH
+    kv = c.num_key_value_heads * (d // c.num_attention_heads)
+    layer = 2 * tokens * (2 * d * d + 2 * d * kv + 3 * d * f) + 2 * 2 * BATCH * LENGTH * LENGTH * d
+    assert freeze.recompute == layer
