@@ -1372,6 +1372,20 @@ CASES: tuple[Case, ...] = (
         {**EVAL, "metric_for_best_model": "accuracy", "save_steps": 1, "compute_accuracy": True},
     ),
     Case(
+        "value_metric_for_best_model_pt_accuracy",
+        "value",
+        "metric_for_best_model: accuracy in pt (its workflow computes no metric)",
+        {**EVAL, "stage": "pt", "metric_for_best_model": "accuracy", "save_steps": 1},
+        **fails("set to 'eval_accuracy', which is not found in the evaluation metrics", "METRIC_NOT_REPORTED"),
+    ),
+    Case(
+        "value_metric_for_best_model_rm_accuracy",
+        "value",
+        "metric_for_best_model: accuracy in rm (its workflow's ComputeAccuracy reports it)",
+        {**EVAL, "stage": "rm", "metric_for_best_model": "accuracy", "save_steps": 1},
+        build=pairs,
+    ),
+    Case(
         "value_fsdp_single_process",
         "value",
         "fsdp: full_shard in one process on this CPU-only machine",
