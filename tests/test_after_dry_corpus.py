@@ -385,3 +385,22 @@ def test_save_pretrained_still_writes_nothing_into_a_file():
 
     source = inspect.getsource(PreTrainedModel.save_pretrained)
     assert "if os.path.isfile(save_directory):" in source
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.expect == "fails"], ids=lambda c: c.id)
+def test_each_refusal_has_a_fix_that_works(case: Case, configs, checked):
+    """Issue 37: the first error's fix is more than "read the library's message", deletes nothing, and where it
+    is a key change (its remedy), that change applied to the case's config passes that point: check for the same
+    command no longer says that refusal."""
+    from tests.test_corpus_fixes import DESTROYS, VAGUE
+    from tests.test_refusal_fixes import applied
+
+    errors = [f for f in checked[case.id].findings if f.level is Level.ERROR]
+    first = errors[0]
+    assert not VAGUE.search(first.fix), f"{first.code}'s fix is no fix: {first.fix}"
+    assert not DESTROYS.search(first.fix), f"{first.code}'s fix destroys data: {first.fix}"
+    if not first.remedy:
+        return
+    fixed = applied(configs[case.id], first.remedy, configs[case.id])
+    again = check_config(fixed, command=case.command)
+    assert (first.code, first.message) not in {(f.code, f.message) for f in again.findings if f.level is Level.ERROR}

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..findings import Finding, Level
+from ..lf.causes import cause_of
 from ..lf.schema import field_default
 from ..resources import datasets_dir
 from .entry import closest
@@ -130,7 +131,10 @@ def _verdict_findings(name: str, report: DatasetReport, folder: Path) -> list[Fi
     where = report.files[0] if len(report.files) == 1 else report.source
     if not report.ok:
         message = f"dataset {name} ({where}): {rows(report.rows)}, {report.kept} kept; {report.first_problem()}."
-        return [_invalid(message, fix_as="rows", fix_with={"command": command})]
+        known = {"command": command, "name": name}
+        cause = cause_of("DATASET_INVALID", report.first_problem(), {}, given=known)
+        case = "rows" if cause.case in ("other", "named keys") else cause.case
+        return [_invalid(message, fix_as=case, fix_with={**known, **cause.values}, remedy=cause.remedy)]
     return [
         Finding(
             code="DATASET_ROWS_DROPPED",

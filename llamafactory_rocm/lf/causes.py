@@ -69,9 +69,12 @@ def patterns() -> dict[str, tuple[Pattern, ...]]:
     }
 
 
-def cause_of(code: str, words: str, config: Mapping[str, Any], *, trains: bool = True) -> Cause:
+def cause_of(
+    code: str, words: str, config: Mapping[str, Any], *, trains: bool = True, given: Mapping[str, Any] | None = None
+) -> Cause:
     """The cause of ``code``'s refusal with the library's ``words``, for ``config``; the "other" case, naming
-    the config keys the words name, where no pattern matches."""
+    the config keys the words name, where no pattern matches. ``given``: template values the caller knows (a
+    dataset's name, the command that lists its rows)."""
     for pattern in patterns().get(code, ()):
         if pattern.command_only and trains:
             continue
@@ -79,7 +82,7 @@ def cause_of(code: str, words: str, config: Mapping[str, Any], *, trains: bool =
         if match is None:
             continue
         groups = {name: value for name, value in match.groupdict().items() if value is not None}
-        values = _values(pattern, groups, config)
+        values = {**(given or {}), **groups, **_values(pattern, groups, config)}
         if not _fills(code, pattern.case, values):  # the words lacked what its fix names (an Enum's key)
             break
         remedy = _remedy(pattern.remedy, values)
