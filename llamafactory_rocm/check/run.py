@@ -165,6 +165,7 @@ def dry_launch_findings(config: Mapping[str, Any], snapshot: Snapshot) -> tuple[
         if answers is not None and finding.level is Level.ERROR and finding.code in _TARGET_DEPENDENT:
             update: dict[str, Any] = {"level": Level.WARNING, "message": f"(on the target) {finding.message}"}
             if finding.code in _TARGET_INSTALLS and finding.new:  # the package is the target's, not this machine's
+                update["message"] = f"(missing on this machine; the plan is checked without it) {finding.message}"
                 update["fix"] = fix_text(finding.code, {"install": target_install(finding.new, snapshot)}, "target")
             finding = finding.model_copy(update=update)
         findings.append(finding)
