@@ -111,3 +111,22 @@ def test_expected_padding_is_the_mean_over_every_batch_of_that_size():
     lengths = [3, 9, 17, 4, 30, 8]
     every = [max(-(-lengths[i] // 8) * 8 for i in pair) * 2 for pair in combinations(range(6), 2)]
     assert expected_padded(lengths, 2, 8, sample=False) == pytest.approx(sum(every) / len(every))
+
+
+def test_check_forecast_json_gives_the_stock_runs_steps_and_tokens(stock_runs, tmp_path):
+    """The forecast where people look: ``check --forecast --json`` on the config of a stock run."""
+    from tests.conftest import offline_env, run_cli
+
+    name = "fractional-epochs-accumulation"
+    config = {**stock_runs["configs"][name], "output_dir": str(tmp_path / "out")}
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(config))
+    env = offline_env(tmp_path)
+    done = run_cli(["check", str(path), "--gpu", "mi300x", "--forecast", "--json"], tmp_path, env)
+    forecast = json.loads(done.stdout)["forecast"]
+    state = stock_runs["states"][name]
+    assert forecast["work"]["steps"] == state["global_step"]
+    assert abs(forecast["tokens"]["total"] / state["num_input_tokens_seen"] - 1) < 0.02
+    assert forecast["run_flops"] > 0 and forecast["hours"] and forecast["cost_usd"]
+    plain = run_cli(["check", str(path), "--gpu", "mi300x"], tmp_path, env)
+    assert "forecast" not in plain.stdout  # off unless asked: the docs' transcripts stay as they are

@@ -62,6 +62,11 @@ def report_text(report: Report) -> str:
         lines.extend(f"  {line}" for line in diff + env_diff)
     else:
         lines.append("resolved config: unchanged")
+    if report.forecast is not None:  # check --forecast
+        from ..forecast.run import forecast_lines
+
+        lines.append("")
+        lines.extend(forecast_lines(report.forecast))
     verdict = "ok: ready to launch" if report.ok else "refused: fix the errors above"
     lines.append("")
     lines.append(verdict)

@@ -24,6 +24,8 @@ class Report:
     accepted: frozenset[str] = frozenset()
     # the memory estimate as numbers (GiB): weights, trainable, activations, logits, peak, device
     estimate: dict[str, float] | None = None  # the request's --accept / LLAMAFACTORY_ROCM_ACCEPT, read once
+    # check --forecast: the run's steps, tokens, FLOPs, time and cost (forecast/run.py Forecast)
+    forecast: Any = None
 
     @property
     def ok(self) -> bool:
@@ -48,4 +50,5 @@ class Report:
             "target": None if self.target is None else self.target.__dict__,
             "snapshot_source": self.snapshot.source,
             "estimate": self.estimate,
+            **({"forecast": self.forecast.as_json()} if self.forecast is not None else {}),
         }

@@ -258,6 +258,15 @@ def run_check(request: CheckRequest) -> Report:
         estimate = estimate_numbers(plan.config, plan.env, plan_ctx) if train else None
         resolution = Resolution(plan.config, plan.env, {**resolution.env_changes, **plan.env_changes}, [])
     resolution = Resolution(resolution.config, resolution.env, resolution.env_changes, findings)
+    forecast = None
+    if train and dry is not None:  # check --forecast: the run's steps, tokens, FLOPs, time, cost (forecast/)
+        from ..forecast.run import forecast_for
+        from ..rules.world import world_size
+
+        forecast = forecast_for(
+            dry, resolution.config, world_size(resolution.config, resolution.env, ctx), catalogue,
+            target.alias if target is not None else None, [d.name for d in ctx.snapshot.devices],
+        )  # fmt: skip
     return Report(
         input_config=input_config,
         resolution=resolution,
@@ -269,6 +278,7 @@ def run_check(request: CheckRequest) -> Report:
         train_rows=None if dry is None or not dry.rows else dry.rows.get("train"),
         accepted=request.accept,
         estimate=estimate,
+        forecast=forecast,
     )
 
 

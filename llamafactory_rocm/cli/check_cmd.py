@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import argparse
 import json
+from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
 
 from ..check.render import report_text
 from ..check.request import CheckRequest, from_launch_args
 from ..check.run import run_check
-from ..errors import EXIT_FINDINGS, EXIT_OK
+from ..errors import EXIT_FINDINGS, EXIT_OK, UsageError
+from ..forecast.run import requested as forecast_requested
 from ..lf.commands import COMMANDS, checked_entry, infer_command
 from ..machine.snapshot import Snapshot
 from ._args import add_config_arguments, add_world_arguments, world_env
@@ -55,10 +57,24 @@ def register(subs: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--snapshot", help="check against a recorded machine snapshot (JSON) instead of this one")
     p.add_argument("--json", action="store_true", help="print {ok, findings, config, ...} as JSON (for scripts)")
+    p.add_argument(
+        "--forecast",
+        action="store_true",
+        help="forecast the run: optimizer steps, tokens with padding, FLOPs, time and cost on the card "
+        "(docs/forecast.md); counts the FLOPs on the built model, which adds to the check's time",
+    )
+    p.add_argument(
+        "--price",
+        type=float,
+        metavar="USD",
+        help="price per GPU-hour for the forecast's cost (implies --forecast); default: the dated table",
+    )
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.price is not None and not 0 < args.price < float("inf"):
+        raise UsageError(f"--price {args.price} is not a price: give USD per GPU-hour above 0, e.g. --price 1.99")
     snapshot = load_snapshot(args.snapshot) if args.snapshot else None
     request = from_launch_args(
         args.launch_args,
@@ -70,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
         planned_world=world_env(args.nodes, args.gpus_per_node),
     )
     command, how = chosen_command(request, args.for_command)
-    report = run_check(replace(request, command=command))
+    with forecast_requested(args.price) if args.forecast or args.price is not None else nullcontext():
+        report = run_check(replace(request, command=command))
     if args.json:
         print(json.dumps({"command": command, "command_from": how, **report.as_json()}, indent=2, default=str))
     else:

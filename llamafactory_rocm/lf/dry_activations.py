@@ -25,11 +25,15 @@ per-family formula; the dry run says so (DRY_RUN_NOT_CHECKED).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..memory import ActivationTrace, sequences_per_forward
 from .dry_parts import Launch, _words
+
+# Run on the built model before the trace, each handed the launch: the forecast's FLOP count
+# (forecast/run.py count_step_flops, added only while a check asks for the forecast)
+STEP_HOOKS: list[Callable[[Launch], None]] = []
 
 
 def trace_step(launch: Launch) -> None:
@@ -39,6 +43,8 @@ def trace_step(launch: Launch) -> None:
     run = launch.run
     if launch.model is None or run.built is None:
         return
+    for hook in STEP_HOOKS:
+        hook(launch)
     vision = trainable_vision_parameters(launch.model)
     if vision:
         run.skip(

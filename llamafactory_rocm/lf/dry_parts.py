@@ -36,6 +36,7 @@ class DryRun:
     # the token count of each train row LLaMA-Factory's pipeline left (the capped rows: a sample where
     # rows_estimated), for the forecast's padded tokens (forecast/tokens.py); None where not read
     train_lengths: tuple[int, ...] | None = None
+    forecast: dict[str, Any] = field(default_factory=dict)  # what the forecast's step hooks found (forecast/)
     resume: Resume | None = None
     stage: str | None = None
     data_stage: str | None = None

@@ -30,6 +30,10 @@ class Product(BaseModel):
         default=False,
         description="an APU or the iGPU of a Ryzen CPU (torch: is_integrated); shares system memory",
     )
+    peak_dense_bf16_tflops: float | None = Field(
+        default=None,
+        description="peak dense bf16 matrix throughput of ONE device as torch sees it (the forecast's ceiling)",
+    )
 
 
 class FlashAttention(BaseModel):
@@ -100,6 +104,8 @@ class ArchInfo(BaseModel):
             "sglang_rocm",
         )  # fmt: skip
         facts |= {name for name in optional if getattr(self, name)}  # a fact stated here needs its source
+        if any(p.peak_dense_bf16_tflops for p in self.products):
+            facts.add("peak_dense_bf16_tflops")
         missing = sorted(facts - set(self.sources))
         if missing:
             raise ValueError(f"{self.target}: no source for {', '.join(missing)}")

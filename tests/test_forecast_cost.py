@@ -1,0 +1,47 @@
+"""Time and cost say where each figure comes from, and say so where there is none (forecast/run.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from llamafactory_rocm.forecast.flops import StepFlops
+from llamafactory_rocm.forecast.run import card_of, forecast_lines, forecast_of
+from llamafactory_rocm.machine.catalogue import load_catalogue
+
+CONFIG = {"per_device_train_batch_size": 2, "num_train_epochs": 1.0}
+LENGTHS = tuple(range(100, 300, 3))
+STEP = StepFlops(forward=10**12, backward=2 * 10**12, recompute=0, sequences=2, length=512)
+
+
+def _forecast(alias: str, price: float | None = None):
+    card = card_of(load_catalogue(), alias, [])
+    return forecast_of(CONFIG, len(LENGTHS), LENGTHS, False, "sft", 1, card, {"step_flops": STEP}, price=price)
+
+
+def test_a_card_with_a_published_fraction_gets_a_band_with_its_source_and_date():
+    f = _forecast("mi300x")
+    assert f.hours[0] < f.hours[1] and f.cost[0] < f.cost[1]
+    text = "\n".join(forecast_lines(f))
+    assert "MLPerf Training v5.1" in text and "2025-11-13" in text  # the fraction's source and date
+    assert "cliffcenter.com" in text and "2026-05-18" in text  # the price's
+
+
+def test_a_card_with_a_peak_but_no_fraction_gets_a_lower_bound_said_as_one():
+    f = _forecast("mi250", price=1.0)
+    assert f.hours is None and f.hours_at_peak
+    text = "\n".join(forecast_lines(f))
+    assert "at least" in text and "100% of peak" in text
+
+
+def test_a_card_without_a_peak_gets_no_time():
+    f = _forecast("rx7900xtx", price=1.0)
+    assert f.hours is None and f.hours_at_peak is None and f.cost is None
+    assert any("no peak dense bf16 figure" in note for note in f.notes)
+
+
+@pytest.mark.parametrize("price", ["0", "-2", "inf"])
+def test_a_price_that_is_not_one_is_one_line(price, tmp_path):
+    from tests.conftest import offline_env, run_cli
+
+    done = run_cli(["check", "x.yaml", "--price", price], tmp_path, offline_env(tmp_path))
+    assert done.returncode == 2 and "--price" in done.stderr and "Traceback" not in done.stderr
