@@ -58,6 +58,7 @@ def refuse_unconvertible_values(config: Mapping[str, Any], env: Mapping[str, str
             old=problem.value,
             message=f"{problem.key}: {problem.value!r} is not {problem.expected}.",
             fix_with={"key": problem.key, "expected": problem.expected, "works": problem.works},
+            remedy={problem.key: None},  # left out, the key takes LLaMA-Factory's default
         )
         for problem in ctx.schema.value_problems(config)
     ]
