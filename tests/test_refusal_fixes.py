@@ -315,3 +315,25 @@ def test_the_ppo_trainer_pin_conflicts_with_llamafactory_itself() -> None:
     own = next(r for r in own_requirements() if r.startswith("trl"))
     assert conflicting_requirement(pin) == own
     assert conflicting_requirement(own) is None
+
+
+@pytest.mark.parametrize(
+    ("changes", "code", "key"),
+    [
+        ({"learning_rate": -0.1}, "OPTIMIZER_REFUSED", "learning_rate"),  # torch's AdamW: Invalid learning rate
+        ({"lora_rank": 0}, "MODEL_MODULES_REFUSED", "lora_rank"),  # peft's LoraConfig
+        ({"lora_target": "c_attn"}, "MODEL_MODULES_REFUSED", "lora_target"),  # peft's inject_adapter
+        ({"stage": "foo"}, "STAGE_UNKNOWN", "stage"),  # LLaMA-Factory's tuner: Unknown task
+    ],
+)
+def test_a_launch_refusal_is_fixed_by_its_remedy(changes, code, key, tiny_model: Path, tmp_path: Path, monkeypatch):
+    """Refusals past the parser (the trainer's optimizer, the adapter set-up): the fix names the key the library's
+    words are about, and its remedy applied passes the launch run dry (LLaMA-Factory's own steps)."""
+    monkeypatch.chdir(tmp_path)
+    config = _config(tiny_model, tmp_path / "out", changes)
+    first = next(f for f in check_config(config, plan_without_gpu=False).findings if f.level is Level.ERROR)
+    assert (first.code, first.key) == (code, key), first.line()
+    assert first.remedy and key in first.remedy, first.line()
+    fixed = applied(config, first.remedy, config)
+    again = [f for f in check_config(fixed, plan_without_gpu=False).findings if f.level is Level.ERROR]
+    assert not again, [f.line() for f in again]

@@ -43,7 +43,9 @@ class Report:
         return {
             "ok": self.ok,
             "findings": [
-                {"code": f.code, "level": f.level.value, "message": f.message, "fix": f.fix} for f in self.findings
+                {"code": f.code, "level": f.level.value, "message": f.message, "fix": f.fix}
+                | ({"remedy": f.remedy} if f.remedy is not None else {})
+                for f in self.findings
             ],
             "config": self.config,
             "env_changes": self.resolution.env_changes,

@@ -14,6 +14,7 @@ import contextlib
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from .causes import cause_of
 from .dry_parts import Launch, _words, user_offline
 
 
@@ -62,12 +63,15 @@ def load_data(launch: Launch) -> None:
             )
     except Exception as exc:
         if split.error is None:  # the full-size split refused already, with datasets' words
+            cause = cause_of("DATA_PIPELINE_REFUSED", _words(exc), launch.config)
             launch.run.error(
                 code="DATA_PIPELINE_REFUSED",
                 message=f"LLaMA-Factory's data pipeline (get_dataset, stage={launch.run.data_stage!r} for "
                 f"stage {launch.run.stage!r}) refused: {_words(exc)}",
-                fix_as="pipeline",
-                key="interleave_probs" if "probabilit" in _words(exc) else "dataset",
+                fix_as="pipeline" if cause.case == "other" else cause.case,
+                fix_with=cause.values,
+                key=cause.key or "dataset",
+                remedy=cause.remedy,
             )
         return
     finally:

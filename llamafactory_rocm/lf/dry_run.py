@@ -120,6 +120,7 @@ def _go(launch: Launch) -> None:
             message=f"LLaMA-Factory has no workflow for stage {run.stage!r}: run_exp stops with "
             f'"Unknown task: {run.stage}." (train/tuner.py)',
             key="stage",
+            remedy={"stage": "sft"},
         )
         return
     except UnknownStage as exc:

@@ -12,6 +12,7 @@ import dataclasses
 
 from ..forecast.work import work_of
 from ..memory import optimizer_state_bytes
+from .causes import cause_of
 from .dry_parts import Launch, _words
 
 
@@ -45,6 +46,7 @@ def trainer_setup(launch: Launch) -> None:
             message="transformers' Trainer.get_optimizer_cls_and_kwargs refused optim "
             f"{args.optim.value}: {_words(exc)}",
             key="optim",
+            **({} if code == "OPTIMIZER_UNAVAILABLE" else {"fix_as": "optim", "remedy": {"optim": "adamw_torch"}}),
         )
     else:
         if getattr(optimizer_cls, "__module__", "").startswith("torch.optim"):
@@ -60,10 +62,14 @@ def trainer_setup(launch: Launch) -> None:
                         launch.run.built, optimizer_bytes_per_parameter=per, optimizer=optimizer_cls.__name__
                     )
             except (TypeError, ValueError) as exc:
+                cause = cause_of("OPTIMIZER_REFUSED", _words(exc), launch.config)
                 launch.run.error(
                     code="OPTIMIZER_REFUSED",
                     message=f"torch's {optimizer_cls.__name__} refused the trainer's arguments {kwargs}: {_words(exc)}",
-                    key="learning_rate",
+                    key=cause.key,
+                    fix_as=cause.case,
+                    fix_with=cause.values,
+                    remedy=cause.remedy,
                 )
     if optimizer is not None:
         steps = planned_steps(launch)
