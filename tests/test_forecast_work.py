@@ -130,3 +130,34 @@ def test_check_forecast_json_gives_the_stock_runs_steps_and_tokens(stock_runs, t
     assert forecast["run_flops"] > 0 and forecast["hours"] and forecast["cost_usd"]
     plain = run_cli(["check", str(path), "--gpu", "mi300x"], tmp_path, env)
     assert "forecast" not in plain.stdout  # off unless asked: the docs' transcripts stay as they are
+
+
+def test_two_torchrun_ranks_steps_equal_the_stock_runs_global_step(tiny_model, tmp_path):
+    """Stock ``llamafactory-cli train`` on 2 torchrun ranks (gloo on CPU, hook off): accelerate deals the
+    batches to the ranks, the last one filled from the start."""
+    import subprocess
+    import sys
+
+    name = "two-ranks"
+    config = tiny_train_config(tiny_model, tmp_path / name, save_strategy="no", logging_steps=100)
+    config.update(
+        max_steps=-1, num_train_epochs=2.0, max_samples=37, per_device_train_batch_size=3,
+        gradient_accumulation_steps=2, cutoff_len=1024, include_num_input_tokens_seen=True,
+    )  # fmt: skip
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    env = hook_off_env(tmp_path, FORCE_TORCHRUN="1", NPROC_PER_NODE="2", MASTER_PORT="29531")
+    cli = str(Path(sys.executable).parent / "llamafactory-cli")
+    done = subprocess.run([cli, "train", str(path)], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    state = json.loads((tmp_path / name / "trainer_state.json").read_text())
+    from llamafactory.hparams import get_train_args
+
+    fresh = {**config, "output_dir": str(tmp_path / "dry-out")}  # the stock run's folder holds its results
+    dry = dry_launch(fresh)
+    work = work_of(get_train_args(fresh)[2], dry.rows["train"], world_size=2)
+    tokens = run_tokens(dry.train_lengths, work, PAD_MULTIPLE["sft"], sampled=False)
+    seen = state["num_input_tokens_seen"]
+    print(f"FORECAST {name}: steps {work.steps} vs {state['global_step']}; tokens {tokens.total} vs {seen}")
+    assert work.steps == state["global_step"]
+    assert abs(tokens.total - seen) / seen < 0.02, (tokens, seen)
