@@ -135,8 +135,10 @@ def _meta_limitation(exc: BaseException) -> bool:
     return native or where == os.path.abspath(inspect.getfile(torch._meta_registrations))
 
 
-def reachable(run: DryRun, model_args: Any) -> bool:
-    """config.json local or in the Hugging Face cache, decided by transformers' own ``cached_file``."""
+def reachable(run: DryRun, model_args: Any, *, offline_refuses: bool = False) -> bool:
+    """config.json local or in the Hugging Face cache, decided by transformers' own ``cached_file``.
+    ``offline_refuses``: a Hub id not in the cache is an error where the user's environment is offline
+    (the training launch, lf/dry_run.py); otherwise, and for the after-training commands, "not checked"."""
     from huggingface_hub.utils import HFValidationError, validate_repo_id
     from transformers.utils import CONFIG_NAME, cached_file
 
@@ -170,7 +172,7 @@ def reachable(run: DryRun, model_args: Any) -> bool:
             key="model_name_or_path",
         )
         return False
-    if user_offline("hub") and not _other_hub():
+    if offline_refuses and user_offline("hub") and not _other_hub():
         run.error(
             code="MODEL_NOT_FOUND",
             message=f"model_name_or_path {name} is not a folder here and not in the Hugging Face cache, and "

@@ -128,7 +128,7 @@ def _go(launch: Launch) -> None:
     _check_stage_requirements(launch)
     _timed(launch, "output_dir", _check_output_dir)
     launch.step = "model lookup"
-    found = reachable(run, launch.model_args)  # config.json local or in the Hugging Face cache
+    found = reachable(run, launch.model_args, offline_refuses=True)  # local, in the cache, or offline: refused
     if found:
         _timed(launch, "tokenizer", tokenizer_and_template)
     if launch.template is not None and run.data_stage is not None:
