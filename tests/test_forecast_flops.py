@@ -89,3 +89,24 @@ def test_freeze_trains_fewer_weights_than_full_and_checkpointing_adds_the_layers
     kv = c.num_key_value_heads * (d // c.num_attention_heads)
     layer = 2 * tokens * (2 * d * d + 2 * d * kv + 3 * d * f) + 2 * 2 * BATCH * LENGTH * LENGTH * d
     assert freeze.recompute == layer
+
+
+def test_alike_layers_cut_to_two_and_three_count_as_every_layer():
+    """A 6-layer Llama (full, then LoRA on q/v with the embedding's output needing a gradient, as LLaMA-Factory
+    sets it for checkpointing): the decoder cut to 2 and 3 layers counts as running all 6."""
+    import peft
+    import transformers
+
+    config = transformers.LlamaConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=6, num_attention_heads=4, num_key_value_heads=2,
+        vocab_size=460, head_dim=16,
+    )  # fmt: skip
+    model = transformers.LlamaForCausalLM(config)
+    model.gradient_checkpointing_enable()
+    model.train()
+    assert step_flops(model, 2, 32, None) == step_flops(model, 2, 32, None, every_layer=True)
+    for parameter in model.parameters():
+        parameter.requires_grad_(False)
+    lora = peft.get_peft_model(model, peft.LoraConfig(r=8, target_modules=["q_proj", "v_proj"]))
+    lora.enable_input_require_grads()
+    assert step_flops(lora, 2, 32, "bfloat16") == step_flops(lora, 2, 32, "bfloat16", every_layer=True)

@@ -6,8 +6,9 @@ The backward is the model's own: autograd computes weight gradients only for the
 them (LoRA's adapters, freeze's unfrozen layers, every weight in full), so LoRA vs full vs freeze is what
 autograd does, not a factor. The model's own gradient checkpointing runs (transformers' ``GradientCheckpointingLayer``,
 torch's checkpoint): its backward recomputes each checkpointed layer whose output needs a gradient, and that
-recompute is told apart by those layers' forward FLOPs. Every layer runs (the activation trace runs two of
-each kind; FlopCounterMode's per-module attribution of the backward is not exact enough to scale from them).
+recompute is told apart by those layers' forward FLOPs. A decoder of alike layers runs cut to 2 and 3 layers,
+the difference standing for each further layer (FlopCounterMode's per-module attribution of the backward is not
+exact enough to scale from the activation trace's two of each kind); other models run every layer.
 tests/test_forecast_flops.py checks the count against a real CPU step and the paper's.
 """
 
@@ -41,14 +42,72 @@ class StepFlops:
 
 
 def step_flops(
-    model: Any,
-    sequences: int,
-    length: int,
-    compute_dtype: str | None,
+    model: Any, sequences: int, length: int, compute_dtype: str | None, *, every_layer: bool = False
 ) -> StepFlops:
     """Forward + backward FLOPs of ``sequences`` x ``length`` tokens on ``model`` (labels = ids: the loss
     and its logits are in the count, as in training), with the model's own gradient checkpointing (LLaMA-Factory's
-    prepare_model_for_training turns it on unless disable_gradient_checkpointing)."""
+    prepare_model_for_training turns it on unless disable_gradient_checkpointing).
+
+    Where the checkpointed layers are one list of alike layers (dry_activations ``_layer_signature``: modules,
+    settings, parameter shapes and trainability, layer type), the model runs cut to 2 and to 3 of them and the
+    third's count stands for each layer after the second (the first may differ: its input may need no gradient);
+    otherwise, or with ``every_layer``, every layer runs."""
+    cut = None if every_layer else _alike_layers(model)
+    if cut is None:
+        return _counted(model, sequences, length, compute_dtype)
+    two, three = (_counted_cut(model, cut, k, sequences, length, compute_dtype) for k in (2, 3))
+    more = len(cut[2]) - 2
+    return StepFlops(
+        forward=two.forward + more * (three.forward - two.forward),
+        backward=two.backward + more * (three.backward - two.backward),
+        recompute=two.recompute + more * (three.recompute - two.recompute),
+        sequences=sequences,
+        length=length,
+    )
+
+
+def _alike_layers(model: Any) -> tuple[Any, str, Any] | None:
+    """(parent, attribute, the ModuleList) where every checkpointed layer is in that one list, at least 4 of them,
+    all alike and of one ``config.layer_types`` entry (if any); else None."""
+    import torch
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    from ..lf.dry_activations import _layer_signature
+
+    layers = {id(m) for m in model.modules() if isinstance(m, GradientCheckpointingLayer)}
+    for parent in model.modules():
+        for name, child in parent._modules.items():
+            if not isinstance(child, torch.nn.ModuleList) or not child or any(id(m) not in layers for m in child):
+                continue
+            types = getattr(getattr(parent, "config", None), "layer_types", None)
+            if len(child) != len(layers) or len(child) < 4 or (types is not None and len(set(types)) > 1):
+                return None
+            first = _layer_signature(child[0], None)
+            return (parent, name, child) if all(_layer_signature(m, None) == first for m in child) else None
+    return None
+
+
+def _counted_cut(
+    model: Any, cut: tuple[Any, str, Any], keep: int, sequences: int, length: int, compute_dtype: str | None
+) -> StepFlops:
+    """``_counted`` with the layer list cut to its first ``keep`` layers (and ``config.layer_types`` alike)."""
+    import torch
+
+    parent, name, full = cut
+    config = getattr(parent, "config", None)
+    types = getattr(config, "layer_types", None)
+    parent._modules[name] = torch.nn.ModuleList(list(full)[:keep])
+    if types is not None:
+        config.layer_types = list(types)[:keep]
+    try:
+        return _counted(model, sequences, length, compute_dtype)
+    finally:
+        parent._modules[name] = full
+        if types is not None:
+            config.layer_types = types
+
+
+def _counted(model: Any, sequences: int, length: int, compute_dtype: str | None) -> StepFlops:
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.utils.flop_counter import FlopCounterMode
