@@ -3,8 +3,11 @@
 Where LLaMA-Factory's launcher starts torchrun, every rank runs ``run_exp`` with one device and torchrun's
 variables; the check judges the config the same way. The oracle of the node corpus is stock
 LLaMA-Factory (hook off) in the world its launcher starts: real torchrun ranks on the CPU
-(``FORCE_TORCHRUN=1 NPROC_PER_NODE=2``), or ``llamafactory-cli train`` on a simulated node whose
-launcher sees the node's GPUs and starts that many ranks. A simulation, not a measurement on AMD.
+(``FORCE_TORCHRUN=1 NPROC_PER_NODE=2``), two nodes of one rank each on this host (``NNODES=2``,
+``NODE_RANK`` 0 and 1), or ``llamafactory-cli train`` on a simulated node whose launcher sees the node's
+GPUs and starts that many ranks. Not only the verdict is compared: every stock rank records the world
+it got (tests/rank_record.py), and the check on each node must have judged that node's first rank's.
+A simulation, not a measurement on AMD.
 """
 
 from __future__ import annotations
