@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from llamafactory_rocm import presets
+from llamafactory_rocm.check.doctor import diagnose
 from llamafactory_rocm.findings import Finding, Level
 from llamafactory_rocm.findings.registry import declared_codes, load_codes
-from llamafactory_rocm.machine.doctor import diagnose
 from llamafactory_rocm.rules import Target, resolve
 from tests.conftest import ALL_SNAPSHOTS, load_snapshot, make_ctx
 

@@ -65,7 +65,10 @@ def documented_machine(monkeypatch, tmp_path: Path) -> None:
     cache.mkdir()
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    # An ordinary laptop: the Hub not switched off by the user (the dry run itself never downloads); under the
+    # user's HF_HUB_OFFLINE=1 a planned check adds that the model must be in the target's cache.
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from llamafactory_rocm.machine.doctor import FAIL, PASS, WARN, diagnose, has_fail
+from llamafactory_rocm.check.doctor import FAIL, PASS, WARN, diagnose, has_fail
 from tests.conftest import SNAPSHOTS, load_snapshot
 
 

@@ -14,7 +14,7 @@ def test_file_names_are_peft_and_llamafactorys_own():
     from peft.utils.constants import CONFIG_NAME
 
     from llamafactory_rocm.dataset.info import INFO_FILE
-    from llamafactory_rocm.rules.adapter import ADAPTER_CONFIG
+    from llamafactory_rocm.lf.adapters import ADAPTER_CONFIG
 
     with text_only_llamafactory():
         from llamafactory.extras.constants import DATA_CONFIG

@@ -106,7 +106,7 @@ def test_rotation_order_is_transformers_own(tmp_path):
     """Oracle: transformers' rotate_checkpoints deletes the checkpoints other_experiments lists first."""
     from transformers.trainer_utils import rotate_checkpoints
 
-    from llamafactory_rocm.check.outputs import other_experiments
+    from llamafactory_rocm.lf.outputs import other_experiments
 
     out = tmp_path / "out"
     for step, rank in ((10, 16), (9, 16), (100, 8)):
@@ -174,7 +174,7 @@ def test_the_stages_that_never_resume_are_llamafactorys_line():
 
 
 def test_the_resume_checkpoint_is_transformers_own_choice(tmp_path):
-    from llamafactory_rocm.check.outputs import resume_checkpoint
+    from llamafactory_rocm.lf.outputs import resume_checkpoint
 
     assert resume_checkpoint(tmp_path / "absent") is None
     (tmp_path / "checkpoint-2").mkdir()

@@ -26,6 +26,7 @@ from ..findings import Finding, Level, has_errors
 from ..findings.registry import fix_text
 from ..lf.causes import cause_of
 from ..lf.commands import COMMANDS, checked_entry, command_keys, command_verdict
+from ..lf.outputs import existing_outputs, resume_checkpoint
 from ..lf.schema import load_schema, output_dir_of
 from ..lf.verdict import DeviceAnswers
 from ..machine.catalogue import load_catalogue
@@ -34,7 +35,6 @@ from ..machine.snapshot import Snapshot
 from ..memory import model_config_for
 from ..rules import PLAN_RULES, Context, Resolution, resolve, rules_for
 from ..rules.memory_fit import estimate_numbers
-from .outputs import existing_outputs, resume_checkpoint
 from .rank import judged_as, launched_world, rank_finding
 from .report import Report
 from .request import CheckRequest, Depth, accepted_codes
@@ -144,6 +144,8 @@ _TARGET_DEPENDENT = frozenset(
         "REPORTER_UNAVAILABLE",
         "STAGE_PACKAGE_VERSION",
         "QUANTIZATION_PACKAGE_MISSING",
+        "OUTPUT_DIR_NOT_CREATABLE",  # the target's file system, not this one
+        "DATASET_NOT_IN_CACHE_OFFLINE",  # the target's Hugging Face cache
     }
 )
 # Of those, the ones that name a package to install (``new``): the fix becomes the target's install line.

@@ -25,7 +25,7 @@ def register(subs: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..machine.doctor import diagnose, has_fail
+    from ..check.doctor import diagnose, has_fail
     from ..machine.probe import take_snapshot
 
     snap = load_snapshot(args.snapshot) if args.snapshot else take_snapshot()

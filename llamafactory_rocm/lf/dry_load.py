@@ -235,7 +235,7 @@ def _refused(run: DryRun, stage: str, exc: BaseException, config: Mapping[str, A
 
 def _folder_hint(config: Mapping[str, Any], text: str) -> str:
     """What the folders are, when the refusal is about them: a model given as the adapter, or the reverse."""
-    from ..rules.adapter import adapter_paths, read_adapter_config
+    from .adapters import adapter_paths, read_adapter_config
 
     model = str(config.get("model_name_or_path") or "")
     for path in adapter_paths(config):

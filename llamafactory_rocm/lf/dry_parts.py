@@ -193,7 +193,7 @@ def user_offline(what: str) -> bool:
     """Whether the run, in this environment, may not download (the dry run itself never does: ``_hub_offline``).
     ``what``: "hub" (models: huggingface_hub's HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE) or "datasets"
     (datasets' HF_DATASETS_OFFLINE, which defaults to the hub's). Read from the environment now, with the
-    libraries' own parsing (huggingface_hub/constants.py and datasets/config.py read them at import)."""
+    libraries' own parsing (huggingface_hub's constants and datasets' config modules read them at import)."""
     import huggingface_hub.constants as hub
 
     offline = hub._is_true(os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE"))

@@ -8,37 +8,13 @@ or serves a model nobody trained (docs/after-training.md#t6).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ..findings import Finding, Level
+from ..lf.adapters import ADAPTER_CONFIG, adapter_paths, read_adapter_config
 from .base import Context, Rule, Step, unchanged
-
-ADAPTER_CONFIG = "adapter_config.json"  # peft.utils.constants.CONFIG_NAME
-
-
-def adapter_paths(config: Mapping[str, Any]) -> list[str]:
-    """``adapter_name_or_path`` as LLaMA-Factory splits it (comma-separated, ModelArguments.__post_init__)."""
-    value = config.get("adapter_name_or_path")
-    if value in (None, "", "null"):
-        return []
-    if isinstance(value, (list, tuple)):
-        return [str(v).strip() for v in value if str(v).strip()]
-    return [part.strip() for part in str(value).split(",") if part.strip()]
-
-
-def read_adapter_config(path: str) -> dict[str, Any] | None:
-    """A local adapter folder's ``adapter_config.json``; None for a hub id or an unreadable file."""
-    file = Path(path) / ADAPTER_CONFIG
-    if not file.is_file():
-        return None
-    try:
-        found = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return None
-    return found if isinstance(found, dict) else None
 
 
 def _normalised(name: str) -> str:

@@ -40,7 +40,7 @@ def protect_existing_checkpoints(config: Mapping[str, Any], env: Mapping[str, st
     limit = _rotation_limit(config)
     if not checkpoints or limit is None or not truthy(config.get("do_train", False)):
         return unchanged(config, env)
-    from ..check.outputs import other_experiments
+    from ..lf.outputs import other_experiments
 
     resumed = _resumed_from(config, ctx, where)
     if resumed is None:  # a fresh run (rm/ppo with full or freeze tuning never resume) among old checkpoints

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..findings import Finding, Level
-from .adapter import adapter_paths, read_adapter_config
+from ..lf.adapters import adapter_paths, read_adapter_config
 from .base import Context, Rule, Step, lf_value, unchanged
 
 # vLLM's prebuilt ROCm wheels are built for this Python only (gpu.rocm.inc.md, "Prebuilt Wheels").
