@@ -45,3 +45,14 @@ def test_a_price_that_is_not_one_is_one_line(price, tmp_path):
 
     done = run_cli(["check", "x.yaml", "--price", price], tmp_path, offline_env(tmp_path))
     assert done.returncode == 2 and "--price" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_forecast_that_cannot_be_made_says_why(tmp_path):
+    """The preset's model is not in this (empty) Hugging Face cache: no data pipeline runs, so no rows."""
+    from llamafactory_rocm.resources import presets_dir
+    from tests.conftest import offline_env, run_cli
+
+    preset = presets_dir() / "mi300x_llama3_lora.yaml"
+    done = run_cli(["check", str(preset), "--gpu", "mi300x", "--forecast"], tmp_path, offline_env(tmp_path))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "forecast: not made: the dry run counted no train rows" in done.stdout

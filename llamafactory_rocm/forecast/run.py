@@ -113,8 +113,10 @@ def _duration(hours: float) -> str:
     return f"{hours * 60:.1f} min" if hours < 1 else f"{hours:.2f} h"
 
 
-def forecast_lines(f: Forecast) -> list[str]:
+def forecast_lines(f: Forecast | NoForecast) -> list[str]:
     """The human block (check --forecast): each figure with where it comes from."""
+    if isinstance(f, NoForecast):
+        return [f"forecast: not made: {f.why}"]
     w = f.work
     lines = [
         "forecast (docs/forecast.md):",
@@ -170,13 +172,30 @@ def card_of(catalogue: Any, alias: str | None, device_names: list[str]) -> Card 
     return Card(product.alias, product.peak_dense_bf16_tflops, source)
 
 
+@dataclass(frozen=True)
+class NoForecast:
+    """Asked for, not made: why."""
+
+    why: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {"made": False, "why": self.why}
+
+
 def forecast_for(
     dry: Any, config: Mapping[str, Any], world_size: int, catalogue: Any, alias: str | None, device_names: list[str]
-) -> Forecast | None:
-    """The check's forecast from its dry run (lf/dry_parts.py DryRun); None where no train rows were counted."""
+) -> Forecast | NoForecast | None:
+    """The check's forecast from its dry run (lf/dry_parts.py DryRun); None where it was not asked for."""
     asked = request()
-    if asked is None or not dry.rows or not dry.rows.get("train"):
+    if asked is None:
         return None
+    if not dry.rows or not dry.rows.get("train"):
+        why = "the dry run counted no train rows"
+        if dry.not_checked:
+            why += f" ({'; '.join(dry.not_checked)})"
+        else:
+            why += " (LLaMA-Factory's data pipeline did not run here: see the findings)"
+        return NoForecast(why)
     return forecast_of(
         config,
         dry.rows["train"],
