@@ -486,7 +486,12 @@ def _traced_per_token(traced: ActivationTrace, shape: ModelShape, train: Trainin
         saved * per + shape.layer_backward_bytes(routed) for saved, routed in zip(traced.layer_saved, moe, strict=True)
     )
     logits = traced.vocab * per_logit
-    return sum(traced.layer_inputs) * per + around + max(0.0, recomputed - logits)
+    # LLaMA-Factory checkpoints a layer only where it has a trainable parameter (model/model_utils/checkpointing.py
+    # custom_gradient_checkpointing_func: else ``func(*args)``): a frozen layer before the first trainable one
+    # (freeze's default, the last layers trained) is on no gradient's path and keeps nothing, its input included;
+    # the trace saw it save nothing (tests/test_memory_terms.py, freeze)
+    kept = sum(given for given, saved in zip(traced.layer_inputs, traced.layer_saved, strict=True) if saved)
+    return kept * per + around + max(0.0, recomputed - logits)
 
 
 def logit_bytes(train: TrainingShape) -> float:

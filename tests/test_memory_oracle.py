@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -83,8 +84,10 @@ _VISION = {
 }
 
 
-def reduced_config(name: str) -> dict[str, Any]:
-    """The family's shipped config.json with the sizing keys of ``_TEXT`` (decoder) and ``_VISION`` set."""
+def reduced_config(name: str, text: dict[str, int] | None = None) -> dict[str, Any]:
+    """The family's shipped config.json with the sizing keys of ``_TEXT`` (decoder; ``text`` overrides some of
+    them) and ``_VISION`` set."""
+    sizes = {**_TEXT, **(text or {})}
     config = json.loads((Path(models_package.__file__).parent / f"{name}.json").read_text())["config"]
 
     def shrink(cfg: dict[str, Any], sizes: dict[str, int]) -> dict[str, Any]:
@@ -107,26 +110,28 @@ def reduced_config(name: str) -> dict[str, Any]:
         return out
 
     if isinstance(config.get("text_config"), dict):
-        config["text_config"] = shrink(config["text_config"], _TEXT)
+        config["text_config"] = shrink(config["text_config"], sizes)
         if isinstance(config.get("vision_config"), dict):
             config["vision_config"] = shrink(config["vision_config"], _VISION)
     else:
-        config = shrink(config, _TEXT)
+        config = shrink(config, sizes)
     if config.get("model_type") == "qwen2_5_vl":  # the published checkpoints' multimodal rope, [16, 24, 24] of 64
         rope = config["text_config"].setdefault("rope_parameters", {})
-        rope["mrope_section"] = [4, 6, 6]  # of head_dim 32 / 2
+        half = sizes["head_dim"] // 2  # [4, 6, 6] of head_dim 32 / 2
+        rope["mrope_section"] = [half // 4, 3 * half // 8, half - half // 4 - 3 * half // 8]
     config.setdefault("dtype", config.pop("torch_dtype", "bfloat16"))
     return config
 
 
-def model_folder(name: str, tiny_model: Path, into: Path) -> Path:
-    """The reduced family as a model folder: config.json, random bf16 weights, the tiny tokenizer."""
+def model_folder(name: str, tiny_model: Path, into: Path, text: dict[str, int] | None = None) -> Path:
+    """The reduced family as a model folder: config.json, random bf16 weights, the tiny tokenizer (``text``:
+    ``reduced_config``'s)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
     folder = into / name
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(reduced_config(name)))
+    (folder / "config.json").write_text(json.dumps(reduced_config(name, text)))
     config = AutoConfig.from_pretrained(folder)
     cls = AutoModelForImageTextToText if type(config) in AutoModelForImageTextToText._model_mapping else None
     torch.manual_seed(0)
@@ -143,33 +148,38 @@ def lora_config(folder: Path, out: Path, **overrides: Any) -> dict[str, Any]:
 
     # use_cpu: transformers refuses bf16 without a GPU unless told the run is on the CPU
     extra = {"cutoff_len": CUTOFF, "per_device_train_batch_size": BATCH, "bf16": True, "use_cpu": True}
-    return built_config(folder, out, report_to="none", **extra, **overrides)
+    return built_config(folder, out, report_to="none", **{**extra, **overrides})
 
 
 @dataclass(frozen=True)
 class Measured:
     live_bytes: int  # parameters, buffers and optimizer state when the measured step began
     step_peak_bytes: int  # the most the step allocated above that, from the profiler's memory events
+    gradient_bytes: int = 0  # the .grad tensors the measured step's backward left, each storage once
+    optimizer_state_bytes: int = 0  # the optimizer's state tensors when the measured step began
+    allocations: tuple[int, ...] = ()  # the step's allocator events in time order: +bytes allocated, -bytes freed
+    saved_bytes: int = 0  # what autograd saved in a forward without labels (``saved_set``), each storage once
 
     @property
     def peak_bytes(self) -> int:
         return self.live_bytes + self.step_peak_bytes
 
 
-def profiled_peak(run: Any) -> int:
-    """The peak of the bytes allocated and not yet freed while ``run()`` runs: torch's profiler records
-    every allocation (+bytes) and free (-bytes) of the CPU allocator; summed in order, their maximum."""
+def allocator_events(run: Any) -> tuple[int, ...]:
+    """Every allocation (+bytes) and free (-bytes) of the CPU allocator while ``run()`` runs, in time order, as
+    torch's profiler records them. Summed in order, their maximum is the peak of what was allocated and not
+    yet freed (tests/stage_step.py ``events_peak``)."""
     from torch.profiler import ProfilerActivity, profile
-
-    from tests.stage_step import events_peak
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         run()
-    return events_peak(prof)
+    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]")
+    return tuple(nbytes for _, nbytes in events)
 
 
-def lf_model(config: dict[str, Any]) -> Any:
-    """LLaMA-Factory's own model for ``config``: get_train_args, load_tokenizer, load_model (trainable)."""
+def lf_model(config: dict[str, Any], add_valuehead: bool = False) -> Any:
+    """LLaMA-Factory's own model for ``config``: get_train_args, load_tokenizer, load_model (trainable; with trl's
+    value head where ``add_valuehead``, as train/ppo/workflow.py loads the policy)."""
     from llamafactory.hparams import get_train_args
     from llamafactory.model import load_model, load_tokenizer
 
@@ -178,11 +188,13 @@ def lf_model(config: dict[str, Any]) -> Any:
     with _restored_environ():  # get_train_args sets environment variables
         model_args, _, _, finetuning_args, _ = get_train_args(dict(config))
         tokenizer = load_tokenizer(model_args)["tokenizer"]
-        return load_model(tokenizer, model_args, finetuning_args, is_trainable=True)
+        return load_model(tokenizer, model_args, finetuning_args, is_trainable=True, add_valuehead=add_valuehead)
 
 
-def measure_step(model: Any, vocab: int, batch: int, cutoff: int) -> Measured:
-    """Two LoRA training steps as transformers' Trainer runs them; the second one measured."""
+def measure_step(model: Any, vocab: int, batch: int, cutoff: int, saved_set: bool = False) -> Measured:
+    """Two LoRA training steps as transformers' Trainer runs them; the second one measured. ``saved_set``: then
+    one more forward, without labels (no loss), under ``torch.autograd.graph.saved_tensors_hooks``: the bytes of
+    every tensor autograd saved for backward that is not a parameter or buffer, each storage once."""
     import torch
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState
@@ -202,19 +214,47 @@ def measure_step(model: Any, vocab: int, batch: int, cutoff: int) -> Measured:
         if getattr(model.config, "model_type", "") == "gemma3":  # its collator adds them (0: text, not image)
             inputs["token_type_ids"] = torch.zeros_like(ids)
 
+        gradients: list[int] = []
+
         def step() -> None:
             outputs = model(**inputs)
             loss = outputs["loss"]
             del outputs  # the Trainer's compute_loss returns the loss only
             accelerator.backward(loss)
+            grads = {id(p.grad): p.grad.numel() * p.grad.element_size() for p in params if p.grad is not None}
+            gradients.append(sum(grads.values()))
             accelerator.clip_grad_norm_(params, 1.0)  # max_grad_norm 1.0
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
 
         step()  # AdamW's state exists from here on, as in every step after the first
-        return Measured(live_bytes=live_bytes(model, optimizer), step_peak_bytes=profiled_peak(step))
+        live = live_bytes(model, optimizer)
+        state = {id(t): t.numel() * t.element_size() for s in optimizer.state.values() for t in s.values() if t.dim()}
+        events = allocator_events(step)
+        saved = saved_bytes(model, {k: v for k, v in inputs.items() if k != "labels"}) if saved_set else 0
+        return Measured(live, max(accumulate(events)), gradients[-1], sum(state.values()), events, saved)
     finally:
         AcceleratorState._reset_state(reset_partial_state=True)
+
+
+def saved_bytes(model: Any, inputs: dict[str, Any]) -> int:
+    """What autograd saves for backward in ``model(**inputs)``, parameters and buffers left out, each storage
+    once: the forward as the step runs it (accelerate's autocast, the model's own gradient checkpointing)."""
+    import torch
+
+    held = {t.untyped_storage().data_ptr() for t in (*model.parameters(), *model.buffers())}
+    saved: dict[int, int] = {}
+
+    def pack(tensor: Any) -> Any:
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in held and tensor.device.type != "meta":
+            saved[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        outputs = model(**inputs)
+    del outputs
+    return sum(saved.values())
 
 
 def estimated(config: dict[str, Any], model: Any, traced: bool = True) -> Any:
@@ -228,7 +268,8 @@ def estimated(config: dict[str, Any], model: Any, traced: bool = True) -> Any:
 
     built = count_model(model)
     if traced:
-        built = replace(built, activations=trace_activations(model, BATCH, CUTOFF, "bfloat16"))
+        batch, cutoff = config["per_device_train_batch_size"], config["cutoff_len"]
+        built = replace(built, activations=trace_activations(model, batch, cutoff, "bfloat16"))
     ctx = replace(make_ctx("mi300x"), model_config=model_config_for(config["model_name_or_path"]), built_model=built)
     return plan_estimate(config, {}, ctx)
 
