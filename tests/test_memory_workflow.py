@@ -1,7 +1,8 @@
 """Memory of the models a workflow holds besides the policy, and of QLoRA's weights (issue 28 item 1).
 
 Oracles, none the estimator's code: transformers' own model for each config on the meta device (its
-``num_parameters`` and the bytes of its parameters); for QLoRA, the modules transformers'
+``num_parameters`` and the bytes of its parameters) beside the real policy LLaMA-Factory's ``load_model`` builds
+(the bytes of its parameters: tests/test_memory_oracle.py ``lf_model``); for QLoRA, the modules transformers'
 ``replace_with_bnb_linear`` would swap (``type(m) is nn.Linear``, less ``get_keys_to_not_convert``), each
 stored as bitsandbytes' ``quantize_4bit`` stores it, per tensor; LLaMA-Factory's own
 ``FinetuningArguments.use_ref_model`` and ``PairwiseDataCollatorWithPadding`` for the reference forward and
@@ -46,7 +47,9 @@ def meta_model(folder: Path):
 def bnb_4bit_bytes(numel: int) -> int:
     """bitsandbytes functional.quantize_4bit (blocksize 64, compress_statistics=True as LLaMA-Factory's
     double_quantization default): packed ``(n + 1) // 2`` bytes, one absmax per block of 64 re-quantized to
-    uint8 by ``quantize_blockwise(absmax, blocksize=256)`` (one fp32 absmax per 256) plus the fp32 offset."""
+    uint8 by ``quantize_blockwise(absmax, blocksize=256)`` (one fp32 absmax per 256) plus the fp32 offset.
+    Written from bitsandbytes' source, not called: bitsandbytes is not installed here (``import bitsandbytes``:
+    ModuleNotFoundError in .venv), and its quantize_4bit needs a GPU build to run."""
     blocks = math.ceil(numel / 64)
     return (numel + 1) // 2 + blocks + 4 * math.ceil(blocks / 256) + 4
 
