@@ -712,3 +712,26 @@ def test_stages_module_parses_without_importing_the_workflows():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_llamafactorys_parser_runs_once_a_check(tiny_model, tmp_path, data, monkeypatch):
+    """check hands what LLaMA-Factory's get_train_args parsed for its verdict to the dry launch (issue 38): one
+    call a check, counted on both names the package calls it by (hparams.parser's, and the package's)."""
+    from llamafactory_rocm.check.run import check_config
+
+    with text_only_llamafactory():
+        import llamafactory.hparams as hparams
+        import llamafactory.hparams.parser as parser
+    original, calls = parser.get_train_args, []
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(parser, "get_train_args", counted)
+    monkeypatch.setattr(hparams, "get_train_args", counted)
+    monkeypatch.chdir(tmp_path)
+    report = check_config(config(tiny_model, tmp_path, data), plan_without_gpu=False)
+    assert report.ok, [f.line() for f in report.findings]
+    assert len(calls) == 1
+    assert "not checked" not in " ".join(f.message for f in report.findings)

@@ -80,9 +80,9 @@ def device_answers(snapshot: Snapshot) -> DeviceAnswers | None:
     return DeviceAnswers(label=label, bf16=rocm or snapshot.torch.kind == "cuda", tf32=snapshot.torch.kind == "cuda")
 
 
-def llamafactory_verdict(config: Mapping[str, Any], ctx: Context, command: str = "train") -> list[Finding]:
+def llamafactory_verdict(config: Mapping[str, Any], ctx: Context, command: str = "train") -> tuple[list[Finding], Any]:
     """LLaMA-Factory's own parser for ``command`` on the resolved config (get_train_args for train), as one
-    finding when it refuses."""
+    finding when it refuses; and what it parsed when it accepts (handed to the dry launch: parsed once)."""
     answers = device_answers(ctx.snapshot)
     parsed = dict(config)
     notes: list[Finding] = []
@@ -96,7 +96,7 @@ def llamafactory_verdict(config: Mapping[str, Any], ctx: Context, command: str =
         )
     verdict = command_verdict(parsed, command, answers, load=False)  # the dry load reports in its own codes
     if verdict.accepted:
-        return notes
+        return notes, verdict.parsed
     trains = checked_entry(command).trains
     which = "" if trains else f" for `llamafactory-cli {command}`"
     cause = cause_of("LLAMAFACTORY_REFUSED", verdict.message, config, trains=trains)
@@ -112,7 +112,7 @@ def llamafactory_verdict(config: Mapping[str, Any], ctx: Context, command: str =
             fix_with={"command": command, **cause.values},
             remedy=cause.remedy,
         ),
-    ]
+    ], None
 
 
 def accept_findings(findings: list[Finding], accepted: frozenset[str]) -> list[Finding]:
@@ -152,8 +152,9 @@ _TARGET_DEPENDENT = frozenset(
 _TARGET_INSTALLS = frozenset({"QUANTIZATION_PACKAGE_MISSING"})
 
 
-def dry_launch_findings(config: Mapping[str, Any], snapshot: Snapshot) -> tuple[list[Finding], Any]:
-    """LLaMA-Factory's launch run dry on the resolved config (lf/dry_run.py), as findings."""
+def dry_launch_findings(config: Mapping[str, Any], snapshot: Snapshot, parsed: Any = None) -> tuple[list[Finding], Any]:
+    """LLaMA-Factory's launch run dry on the resolved config (lf/dry_run.py), as findings; ``parsed``: what
+    LLaMA-Factory's parser returned for it in this check."""
     from ..lf.dry_run import dry_launch
     from ..lf.verdict import device_answers_patched
 
@@ -161,7 +162,8 @@ def dry_launch_findings(config: Mapping[str, Any], snapshot: Snapshot) -> tuple[
     args = dict(config)
     planned_deepspeed = answers is not None and bool(args.pop("deepspeed", None))  # its JSON needs DeepSpeed
     with device_answers_patched(answers):  # a planned target answers where LLaMA-Factory asks the device
-        dry = dry_launch(args, deepspeed_elsewhere=planned_deepspeed)  # a ZeRO checkpoint resumes as DeepSpeed's
+        # a ZeRO checkpoint resumes as DeepSpeed's; the target's Hub cache is its own
+        dry = dry_launch(args, deepspeed_elsewhere=planned_deepspeed, planned=answers is not None, parsed=parsed)
     findings = []
     for finding in dry.findings:
         if answers is not None and finding.level is Level.ERROR and finding.code in _TARGET_DEPENDENT:
@@ -233,7 +235,7 @@ def run_check(request: CheckRequest) -> Report:
         if rank is not None:
             findings.append(rank_finding(rank))
         with judged_as(rank):
-            verdict = llamafactory_verdict(resolution.config, ctx, command)
+            verdict, parsed = llamafactory_verdict(resolution.config, ctx, command)
             # LLaMA-Factory's parser runs before its data, model and packages are loaded: its refusal is the
             # one the run stops on, so it comes first (the rules' package or data errors after it).
             refused = [f for f in verdict if f.level is Level.ERROR]
@@ -245,7 +247,7 @@ def run_check(request: CheckRequest) -> Report:
                 loaded = dry_load_findings(resolution.config, command, planned=planned)
                 findings += accept_findings(loaded, request.accept)
             if not has_errors(findings) and entry.dry == "launch":  # LLaMA-Factory's training launch, dry
-                dry_findings, dry = dry_launch_findings(resolution.config, ctx.snapshot)
+                dry_findings, dry = dry_launch_findings(resolution.config, ctx.snapshot, parsed)
                 findings += accept_findings(dry_findings, request.accept)
     plan_rules = tuple(r for r in rules if r in PLAN_RULES)
     if plan_rules:

@@ -364,13 +364,14 @@ def command_verdict(
     if answers is not None and "deepspeed" in command_keys(command):
         args.pop("deepspeed", None)  # its JSON is read on the target (lf/verdict.py)
     parse = None if entry.judged_through else resolve(entry.parser or "")
+    parsed = None
     with _restored_environ(), _quiet(), device_answers_patched(answers), _planned_backends(answers is not None):
         try:
             if entry.judged_through:
                 with _stop_before_loading(entry.judged_through) as judged, contextlib.suppress(_ReachedModelLoad):
                     judged(args)
             else:
-                parse(args)
+                parsed = parse(args)
         except SystemExit as exc:
             return Verdict(False, f"the parser exited ({exc.code})", "SystemExit")
         except Exception as exc:
@@ -383,7 +384,7 @@ def command_verdict(
         if refused:
             first = refused[0]
             return Verdict(False, f"{first.message} What to do: {first.fix}", first.code)
-    return Verdict(True)
+    return Verdict(True, parsed=parsed)
 
 
 @cache

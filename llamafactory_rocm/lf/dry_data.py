@@ -97,6 +97,7 @@ def _workers_accepted(launch: Launch) -> bool:
             message=f"datasets refuses preprocessing_num_workers {workers!r}, which LLaMA-Factory passes as "
             f"num_proc to load_dataset and Dataset.map: {_words(exc)}",
             key="preprocessing_num_workers",
+            remedy={"preprocessing_num_workers": None},
         )
         return False
     return True
@@ -123,7 +124,7 @@ def _hub_datasets_reachable_offline(launch: Launch) -> bool:
     calls, data/loader.py ``_load_single_dataset``) with its offline switch on answers from the cache, or
     raises as the run would. False (an error said) when one cannot be loaded; True otherwise (online: not
     checked)."""
-    if not user_offline("datasets"):
+    if launch.planned or not user_offline("datasets"):
         return True
     import datasets.config
 
@@ -270,6 +271,7 @@ class _SplitSpy:
             message=f"On the full data ({rows} rows), LLaMA-Factory's split_dataset (datasets' train_test_split) "
             f"refused: {self.error}",
             key="val_size",
+            remedy={"val_size": 0.1},
         )
 
     def full_split(self, original, dataset, eval_dataset, data_args, seed) -> None:

@@ -78,6 +78,7 @@ class Launch:
     finetuning_args: Any
     deepspeed_elsewhere: bool = False  # see lf/dry_run.py dry_launch
     config: dict[str, Any] = field(default_factory=dict)  # the config as given, for a refusal's cause (lf/causes.py)
+    planned: bool = False  # for another machine: its Hub cache and offline setting are its own (lf/dry_run.py)
     tokenizer_module: dict[str, Any] | None = None  # load_tokenizer's (lf/dry_model.py)
     template: Any = None  # get_template_and_fix_tokenizer's (lf/dry_model.py)
     model: Any = None  # load_model's, on the meta device (lf/dry_model.py)

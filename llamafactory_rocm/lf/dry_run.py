@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from .causes import free_folder
 from .dry_activations import trace_step
 from .dry_data import load_data
 from .dry_model import build_model, build_workflow_models, tokenizer_and_template
@@ -43,11 +44,20 @@ from .text_only import text_only_llamafactory
 from .verdict import _quiet, _restored_environ
 
 
-def dry_launch(config: Mapping[str, Any], *, rows_cap: int = 256, deepspeed_elsewhere: bool = False) -> DryRun:
+def dry_launch(
+    config: Mapping[str, Any],
+    *,
+    rows_cap: int = 256,
+    deepspeed_elsewhere: bool = False,
+    planned: bool = False,
+    parsed: Any = None,
+) -> DryRun:
     """Run LLaMA-Factory's launch on ``config`` (a dict as ``run_exp(args=...)`` receives it), dry.
     ``deepspeed_elsewhere``: the run is a DeepSpeed one on the target, though its ``deepspeed:`` key was left
     out here (planning: DeepSpeed and torchrun are the target's); a checkpoint is then judged as DeepSpeed
-    resumes it."""
+    resumes it. ``planned``: the run is for another machine, whose Hugging Face cache and offline setting are
+    its own (a Hub id not cached here is "not checked", never refused). ``parsed``: what ``get_train_args``
+    returned for this config already (check/run.py's verdict), so LLaMA-Factory's parser runs once a check."""
     run = DryRun()
     with text_only_llamafactory():
         import llamafactory.data
@@ -63,13 +73,15 @@ def dry_launch(config: Mapping[str, Any], *, rows_cap: int = 256, deepspeed_else
         stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
         start = time.perf_counter()
         try:
-            args = get_train_args(dict(config))
+            args = parsed if parsed is not None else get_train_args(dict(config))
         except (Exception, SystemExit) as exc:
             run.timings["parse"] = time.perf_counter() - start
             run.skip("LLaMA-Factory's launch after get_train_args", f"get_train_args refused the config: {_words(exc)}")
             return run
         run.timings["parse"] = time.perf_counter() - start
-        launch = Launch(run, tmp, rows_cap, *args[:4], deepspeed_elsewhere=deepspeed_elsewhere, config=dict(config))
+        launch = Launch(
+            run, tmp, rows_cap, *args[:4], deepspeed_elsewhere=deepspeed_elsewhere, config=dict(config), planned=planned
+        )
         try:
             _go(launch)
         except (TypeError, AttributeError) as exc:
@@ -95,6 +107,7 @@ def _stopped_by_unconverted_values(run: DryRun, config: Mapping[str, Any], step:
         f"unconverted, and the launch stops at its {step} step with {type(exc).__name__}: {_words(exc)}",
         fix_with={"key": suspects[0].key},
         key=suspects[0].key,
+        remedy={suspects[0].key: None},
     )
     return True
 
@@ -128,7 +141,8 @@ def _go(launch: Launch) -> None:
     _check_stage_requirements(launch)
     _timed(launch, "output_dir", _check_output_dir)
     launch.step = "model lookup"
-    found = reachable(run, launch.model_args, offline_refuses=True)  # local, in the cache, or offline: refused
+    # local, in the cache, or (the user offline on this machine, not planning) refused
+    found = reachable(run, launch.model_args, offline_refuses=not launch.planned)
     if found:
         _timed(launch, "tokenizer", tokenizer_and_template)
     if launch.template is not None and run.data_stage is not None:
@@ -177,6 +191,7 @@ def _check_output_dir(launch: Launch) -> None:
             "(os.makedirs(output_dir, exist_ok=True)) "
             "raises FileExistsError after the first save_steps.",
             key="output_dir",
+            remedy={"output_dir": free_folder(out)},
         )
         return
     # The trainer creates output_dir (os.makedirs) and writes into it. Asked of the file system itself: a
@@ -193,6 +208,7 @@ def _check_output_dir(launch: Launch) -> None:
             message=f"output_dir {out} cannot be created or written: at {base}, {type(exc).__name__}: {_words(exc)}",
             fix_with={"value": os.path.join("saves", os.path.basename(os.path.normpath(out)) or "run")},
             key="output_dir",
+            remedy={"output_dir": os.path.join("saves", os.path.basename(os.path.normpath(out)) or "run")},
         )
 
 

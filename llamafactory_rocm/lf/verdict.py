@@ -1,4 +1,5 @@
-"""LLaMA-Factory's own verdict on a resolved config: its ``get_train_args``, run before launch.
+"""LLaMA-Factory's own verdict on a resolved config: what its parser (``get_train_args`` for train; run by
+lf/commands.py ``command_verdict``) needs around it, and what it answers (``Verdict``).
 
 ``get_train_args`` is where LLaMA-Factory and transformers refuse a config (cross-field rules,
 precision, missing packages, output directory): running it here means ``check`` cannot say
@@ -16,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,27 +42,7 @@ class Verdict:
     accepted: bool
     message: str = ""  # LLaMA-Factory's (or transformers') own words when refused
     error_type: str = ""
-
-
-def parser_verdict(config: Mapping[str, Any], answers: DeviceAnswers | None = None) -> Verdict:
-    """Run ``get_train_args`` on a copy of ``config``; ``answers`` stand in for a planned device."""
-    from .text_only import text_only_llamafactory
-
-    with text_only_llamafactory():
-        from llamafactory.hparams import get_train_args
-
-    args = dict(config)
-    if answers is not None:
-        args.pop("deepspeed", None)
-    with _restored_environ(), _quiet(), device_answers_patched(answers):  # environ saved before _quiet sets it
-        try:
-            get_train_args(args)
-        except SystemExit as exc:  # argparse-style exits inside the parser
-            return Verdict(False, f"the parser exited ({exc.code})", "SystemExit")
-        except Exception as exc:
-            text = " ".join(str(exc).split()) or type(exc).__name__
-            return Verdict(False, text, type(exc).__name__)
-    return Verdict(True)
+    parsed: Any = None  # what the parser returned when it accepted (get_train_args' dataclasses): parsed once
 
 
 @contextlib.contextmanager

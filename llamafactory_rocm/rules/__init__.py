@@ -42,11 +42,9 @@ from . import (
 from . import export as export_rules
 from .base import Config, Context, Env, Rule, Step, Target, lf_value, unchanged
 
-RULES: tuple[Rule, ...] = (
-    blog_keys.rewrite_compute_dtype,
-    blog_keys.drop_backend,
-    blog_keys.refuse_unknown_keys,
-    values.refuse_unconvertible_values,
+# The machine as training and every other command meet it: the planned target, the torch build and its
+# kernels, the visible devices, the ROCm install (in RULES and in _DEVICE_RULES below).
+_MACHINE_RULES: tuple[Rule, ...] = (
     target.check_target,
     torch_build.require_rocm_torch,
     torch_build.require_kernels_for_devices,
@@ -54,6 +52,14 @@ RULES: tuple[Rule, ...] = (
     visibility.integrated_gpu_visible,
     visibility.visibility_conflict,
     environment.rocm_version_mismatch,
+)
+
+RULES: tuple[Rule, ...] = (
+    blog_keys.rewrite_compute_dtype,
+    blog_keys.drop_backend,
+    blog_keys.refuse_unknown_keys,
+    values.refuse_unconvertible_values,
+    *_MACHINE_RULES,
     environment.jit_toolchain,
     environment.wsl2,
     environment.page_fault_workaround,
@@ -83,13 +89,7 @@ PLAN_RULES: tuple[Rule, ...] = (world.world_rules, memory_fit.memory_fit)
 # visible devices, the ROCm install, the attention kernels, bitsandbytes for a quantized load. Not
 # PYTORCH_ROCM_ARCH (rules/rocm_arch_env.py): it is for extensions built at a training launch.
 _DEVICE_RULES: tuple[Rule, ...] = (
-    target.check_target,
-    torch_build.require_rocm_torch,
-    torch_build.require_kernels_for_devices,
-    torch_build.check_hsa_override,
-    visibility.integrated_gpu_visible,
-    visibility.visibility_conflict,
-    environment.rocm_version_mismatch,
+    *_MACHINE_RULES,
     environment.wsl2,
     kernels.flash_attn_where_supported,
     kernels.bitsandbytes_for_qlora,
