@@ -149,6 +149,9 @@ def _values(pattern: Pattern, groups: Mapping[str, str], config: Mapping[str, An
         eval_steps = float(config.get("eval_steps") or 1)
         save_steps = float(config.get("save_steps") or eval_steps)
         values["eval_steps_multiple"] = _round_multiple(save_steps, eval_steps)
+    if pattern.case == "not one name":
+        template = config.get("template")
+        values["first_template"] = template[0] if isinstance(template, list) and template else "llama3"
     if pattern.case == "interleave probabilities":
         names = [n for n in str(config.get("dataset", "")).split(",") if n.strip()]
         values["even_probs"] = ",".join([f"{1 / max(len(names), 1):.4g}"] * max(len(names), 1))

@@ -44,11 +44,14 @@ def tokenizer_and_template(launch: Launch) -> None:
     try:
         launch.template = get_template_and_fix_tokenizer(launch.tokenizer_module["tokenizer"], launch.data_args)
     except Exception as exc:
-        key = "train_on_prompt" if "train_on_prompt" in str(exc) else "template"
+        cause = cause_of("TEMPLATE_REFUSED", f"{type(exc).__name__}: {_words(exc)}", launch.config)
         launch.run.error(
             code="TEMPLATE_REFUSED",
             message=f"LLaMA-Factory's get_template_and_fix_tokenizer refused: {_words(exc)}",
-            key=key,
+            fix_as=cause.case,
+            fix_with=cause.values,
+            key=cause.key or "template",
+            remedy=cause.remedy,
         )
 
 

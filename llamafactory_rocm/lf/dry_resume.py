@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..findings import Level
+from .causes import free_folder
 from .dry_parts import Launch, Resume, _words
 
 TRAINER_STATE_NAME = "trainer_state.json"  # transformers/trainer.py: TRAINER_STATE_NAME (pinned by a test)
@@ -39,6 +40,10 @@ def check_resume(launch: Launch) -> None:
             f"{TRAINER_STATE_NAME} "
             f"and {needs} there ('Can't find a valid checkpoint at {checkpoint}').",
             key="resume_from_checkpoint",
+            # named in the config: start over without it; found in output_dir by LLaMA-Factory: a new output_dir
+            remedy={"resume_from_checkpoint": None}
+            if "resume_from_checkpoint" in launch.config
+            else {"output_dir": free_folder(str(launch.training_args.output_dir))},
         )
         return
     if not _trainer_state_loads(launch, Path(checkpoint)):
@@ -89,6 +94,7 @@ def _trainer_state_loads(launch: Launch, checkpoint: Path) -> bool:
             fix_as="explicit" if explicit else "output_dir",
             fix_with={"value": os.path.join(os.path.dirname(str(args.output_dir).rstrip("/")) or ".", "new-run")},
             key="resume_from_checkpoint" if explicit else "output_dir",
+            remedy={"resume_from_checkpoint": None} if explicit else {"output_dir": free_folder(str(args.output_dir))},
         )
         return False
     return True

@@ -34,6 +34,7 @@ def trainer_setup(launch: Launch) -> None:
             f"TrainingArguments.get_process_log_level raised {type(exc).__name__}: {_words(exc)}",
             fix_with={"key": key},
             key=key,
+            remedy={key: None},
         )
     model = launch.model if launch.model is not None else torch.nn.Linear(1, 1, device="meta")
     optimizer = None
@@ -187,6 +188,7 @@ def _check_dataloaders(launch: Launch) -> None:
                 f"({batch_key}): {refusal}",
                 fix_with={"key": batch_key},
                 key=batch_key,
+                remedy={batch_key: 1},
             )
         else:
             key = f"dataloader_{culprit}"
@@ -196,6 +198,7 @@ def _check_dataloaders(launch: Launch) -> None:
                 f"{key} {params[culprit]!r}: {refusal}",
                 fix_with={"key": key, "value": "null" if workable[culprit] is None else str(workable[culprit]).lower()},
                 key=key,
+                remedy={key: workable[culprit]},
             )
         return  # one refusal: the same arguments refuse the other dataloader too
 
@@ -235,6 +238,7 @@ def _check_best_metric(launch: Launch) -> None:
             f"{', '.join(sorted(reported))}, not {wanted}; the trainer raises KeyError at the first evaluation",
             fix_with={"names": ", ".join(names)},
             key="metric_for_best_model",
+            remedy={"metric_for_best_model": "loss"},
         )
 
 
