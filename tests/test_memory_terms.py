@@ -60,7 +60,7 @@ CASES = (*(f"{FAMILY}/{method}" for method in METHODS), "qwen3_moe_defaults/lora
 
 @dataclass(frozen=True)
 class Terms:
-    """One method's four terms, bytes: measured on the real step, and as ``check`` estimates them."""
+    """One case's four terms, bytes: measured on the real step, and as ``check`` estimates them."""
 
     method: str
     measured: dict[str, float]
@@ -120,7 +120,7 @@ def _offline(monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def measured_terms(tiny_model, tmp_path_factory) -> dict[str, Terms]:
+def measured_terms() -> dict[str, Terms]:
     """Each case measured once for all tests (a model build, a step and a dry run each)."""
     return {}
 
@@ -136,13 +136,12 @@ def terms_of(case: str, cache: dict[str, Terms], tiny_model: Path, into: Any) ->
 @pytest.mark.parametrize("case", CASES)
 def test_each_term_is_its_own_measurement(case, measured_terms, tiny_model, tmp_path_factory):
     terms = terms_of(case, measured_terms, tiny_model, tmp_path_factory)
-    method = case
     report = {t: (round(terms.measured[t] / MIB, 3), round(terms.ratio(t), 3)) for t in terms.measured}
     for term in ("weights", "trainable state"):
-        assert terms.ratio(term) == pytest.approx(1, abs=EXACT), (method, term, report)
+        assert terms.ratio(term) == pytest.approx(1, abs=EXACT), (case, term, report)
     for term in ("activations", "logits"):
-        assert terms.ratio(term) == pytest.approx(1, abs=TERM), (method, term, report)
-    assert terms.share("logits") < 0.5, (method, report)  # unlike tests/test_memory_oracle.py's shapes
+        assert terms.ratio(term) == pytest.approx(1, abs=TERM), (case, term, report)
+    assert terms.share("logits") < 0.5, (case, report)  # unlike tests/test_memory_oracle.py's shapes
 
 
 @pytest.mark.trainer
@@ -157,7 +156,7 @@ def test_lora_estimated_peak_is_within_10_percent_of_the_measured_step(case, mea
 # Freeze and full fine-tuning: each term is right (above), their sum is not the peak. Measured 2026-12-06
 # (docs/memory.md#per-term): the step's peak is the forward's end or the loss's backward, before most gradients
 # exist (gradient_accumulation_steps 1), so the logits and the gradients are not held at once, and the estimate,
-# which adds them, is above the measured peak (full 1.15, freeze 1.10 at this shape) by less than the gradients.
+# which adds them, is above the measured peak (full 1.14, freeze 1.10 at this shape) by less than the gradients.
 # The estimate's sum is not changed here (rules/memory_fit.py prints the terms as adding up to the total).
 @pytest.mark.trainer
 @pytest.mark.parametrize("method", ["freeze", "full"])
