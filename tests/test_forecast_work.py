@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from llamafactory_rocm.forecast.tokens import PAD_MULTIPLE, expected_padded, run_tokens
-from llamafactory_rocm.forecast.work import optimizer_steps, work_of
 from llamafactory_rocm.lf.dry_run import dry_launch
+from llamafactory_rocm.lf.work import optimizer_steps, work_of
 from tests.conftest import tiny_train_config
 from tests.stock_runner import hook_off_env, run_alone
 

@@ -35,7 +35,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..findings import Finding, Level
-from ..forecast.work import work_of
+from ..lf.work import work_of
 from .findings import config_dataset_findings
 from .info import reason
 
@@ -428,7 +428,7 @@ def _fill(result: PrepareResult, run: _Run, train: Any, watch: _Watch) -> None:
         rank = lambda p: ordered[max(0, math.ceil(len(ordered) * p / 100) - 1)]  # noqa: E731
         result.lengths = {"p50": rank(50), "p90": rank(90), "p99": rank(99), "max": ordered[-1]}
     args = run.training_args
-    if result.sequences:  # as the trainer counts them (forecast/work.py)
+    if result.sequences:  # as the trainer counts them (lf/work.py)
         result.steps_per_epoch = work_of(args, result.sequences, run.world_size).steps_per_epoch
     if result.kept == 0:
         result.ok = False

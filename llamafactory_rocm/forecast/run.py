@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
+from ..lf.work import Work, optimizer_steps
 from .tokens import PAD_MULTIPLE, Tokens, run_tokens
-from .work import Work, optimizer_steps
 
 
 @dataclass(frozen=True)

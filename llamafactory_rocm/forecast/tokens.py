@@ -7,7 +7,7 @@ shuffles with a generator seeded at run time, so which rows meet in a batch is n
 forecast is the expectation of each batch's padded length over the random batches of its size (the order
 statistic of the longest row of k drawn from n: P(longest <= l_i) = C(i, k) / C(n, k) without replacement, where
 the lengths are the whole train split, or (i / n)^k where they are a sample of it), summed over the micro-batch
-sizes accelerate deals (forecast/work.py).
+sizes accelerate deals (lf/work.py).
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .work import Work
+from ..lf.work import Work
 
 # The collator each data stage's workflow builds, and the multiple it pads to:
 # sft: train/sft/workflow.py run_sft, SFTDataCollatorWith4DAttentionMask(pad_to_multiple_of=8 if do_train);
 # pt: train/pt/workflow.py run_pt, DataCollatorForLanguageModeling (no multiple).
-# (pinned on the real collators by tests/test_forecast_tokens.py)
+# (pinned against stock runs' num_input_tokens_seen by tests/test_forecast_work.py)
 PAD_MULTIPLE = {"sft": 8, "pt": 1}
 
 

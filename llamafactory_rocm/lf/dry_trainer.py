@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..forecast.work import work_of
 from ..memory import optimizer_state_bytes
 from .causes import cause_of
 from .dry_parts import Launch, _words
+from .work import work_of
 
 
 def trainer_setup(launch: Launch) -> None:
@@ -272,5 +272,5 @@ def reported_metrics(launch: Launch) -> set[str] | None:
 
 
 def planned_steps(launch: Launch) -> int:
-    """The run's optimizer steps as the trainer counts them (forecast/work.py, the one owner)."""
+    """The run's optimizer steps as the trainer counts them (lf/work.py, the one owner)."""
     return work_of(launch.training_args, launch.train_rows or 1).steps

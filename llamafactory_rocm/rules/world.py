@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..findings import Finding, Level
-from ..forecast.work import optimizer_steps
+from ..lf.work import optimizer_steps
 from .base import Context, Step, env_enabled, lf_value, unchanged
 from .multi_gpu import iommu_pt_missing
 
