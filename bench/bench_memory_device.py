@@ -82,7 +82,7 @@ def main() -> None:
     cli.add_argument("--work", type=Path, default=Path("/tmp/bench_memory"))
     args = cli.parse_args()
 
-    from llamafactory_rocm.memory import estimate_config
+    from llamafactory_rocm.lf.memory import estimate_config
 
     model, data = args.work / "llama3-8b-random", args.work / "data"
     data.mkdir(parents=True, exist_ok=True)

@@ -37,7 +37,7 @@ def main() -> None:
     os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
     import torch
 
-    from llamafactory_rocm.memory import TrainingShape, logit_bytes
+    from llamafactory_rocm.lf.memory import TrainingShape, logit_bytes
 
     print(
         f"# LoRA step per stage, batch {BATCH} x cutoff {CUTOFF}, median of {args.runs}, {machine()}, "

@@ -20,8 +20,8 @@ import yaml
 from .errors import UsageError
 from .findings import Finding
 from .fsutil import atomic_write_text
+from .lf.memory import Estimate, estimate_config
 from .machine.catalogue import load_catalogue
-from .memory import Estimate, estimate_config
 from .preset_registry import PRESETS, PresetEntry
 from .resources import datasets_dir, presets_dir
 

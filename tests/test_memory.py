@@ -6,7 +6,7 @@ import pytest
 
 from llamafactory_rocm.check.run import check_config
 from llamafactory_rocm.findings import Level
-from llamafactory_rocm.memory import (
+from llamafactory_rocm.lf.memory import (
     TrainingShape,
     estimate,
     estimate_config,
@@ -210,8 +210,8 @@ def test_frozen_weights_are_counted_in_the_dtype_llamafactory_loads_them_in(tiny
     import torch
     from transformers import AutoModelForCausalLM
 
+    from llamafactory_rocm.lf.memory import checkpoint_weight_bytes
     from llamafactory_rocm.lf.text_only import text_only_llamafactory
-    from llamafactory_rocm.memory import checkpoint_weight_bytes
 
     folder = tmp_path / dtype
     shutil.copytree(tiny_model, folder)
@@ -229,7 +229,7 @@ def test_frozen_weights_are_counted_in_the_dtype_llamafactory_loads_them_in(tiny
 
 
 def test_a_lora_run_without_precision_keys_counts_half_precision_weights_for_a_bf16_checkpoint():
-    from llamafactory_rocm.memory import checkpoint_weight_bytes, shipped_models
+    from llamafactory_rocm.lf.memory import checkpoint_weight_bytes, shipped_models
 
     llama = shipped_models()["meta-llama/meta-llama-3-8b-instruct"]
     shape, parameters = shape_and_count(llama)

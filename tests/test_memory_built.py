@@ -17,7 +17,7 @@ import pytest
 
 import llamafactory_rocm.models as models_package
 from llamafactory_rocm.lf.dry_run import dry_launch
-from llamafactory_rocm.memory import count_model, model_config_for, optimizer_state_bytes
+from llamafactory_rocm.lf.memory import count_model, model_config_for, optimizer_state_bytes
 from llamafactory_rocm.rules import memory_fit
 from tests.conftest import make_ctx
 

@@ -262,7 +262,7 @@ def estimated(config: dict[str, Any], model: Any, traced: bool = True) -> Any:
     with ``traced``, its forward traced as the dry run traces it (lf/dry_activations.py); without, the
     per-family formula."""
     from llamafactory_rocm.lf.dry_activations import trace_activations
-    from llamafactory_rocm.memory import count_model, model_config_for
+    from llamafactory_rocm.lf.memory import count_model, model_config_for
     from llamafactory_rocm.rules.memory_fit import plan_estimate
     from tests.conftest import make_ctx
 
@@ -301,7 +301,7 @@ class Compared:
 
 def compare(family: str, tiny_model: Path, into: Path, checkpointing: bool = True) -> tuple[Compared, Compared]:
     """The measured step against the estimate from the traced forward, and against the per-family formula."""
-    from llamafactory_rocm.memory import count_model
+    from llamafactory_rocm.lf.memory import count_model
 
     folder = model_folder(family, tiny_model, into)
     config = lora_config(folder, into / "out", disable_gradient_checkpointing=not checkpointing)

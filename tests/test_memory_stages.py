@@ -117,7 +117,7 @@ def estimated_step_bytes(config: dict[str, Any]) -> tuple[float, Any]:
     """What ``check`` estimates for the step: activations + logits + gradients, from the dry run's built
     model and trace (its own output_dir: the run's is not empty now, and LLaMA-Factory refuses that)."""
     from llamafactory_rocm.lf.dry_run import dry_launch
-    from llamafactory_rocm.memory import model_config_for
+    from llamafactory_rocm.lf.memory import model_config_for
     from llamafactory_rocm.rules.memory_fit import plan_estimate
     from tests.conftest import make_ctx
 

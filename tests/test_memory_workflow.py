@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from llamafactory_rocm.lf.dry_run import dry_launch
-from llamafactory_rocm.memory import TrainingShape, model_config_for
+from llamafactory_rocm.lf.memory import TrainingShape, model_config_for
 from llamafactory_rocm.resources import datasets_dir
 from llamafactory_rocm.rules import memory_fit
 from tests.conftest import make_ctx
@@ -173,7 +173,7 @@ def test_dpo_activations_follow_the_pairwise_collators_batch(tiny_model):
     batch = PairwiseDataCollatorWithPadding(template=template, tokenizer=tokenizer, processor=None)(features)
     sequences_per_example = batch["input_ids"].shape[0] / len(features)
 
-    from llamafactory_rocm.memory import ModelShape, activation_and_logit_bytes, shape_and_count
+    from llamafactory_rocm.lf.memory import ModelShape, activation_and_logit_bytes, shape_and_count
 
     shape, _ = shape_and_count(model_config_for("meta-llama/Meta-Llama-3-8B-Instruct"))
     assert isinstance(shape, ModelShape)

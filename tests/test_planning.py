@@ -21,7 +21,7 @@ import llamafactory_rocm.models as models_package
 from llamafactory_rocm.check.run import check_config
 from llamafactory_rocm.findings import Level
 from llamafactory_rocm.lf.dry_run import dry_launch
-from llamafactory_rocm.memory import model_config_for
+from llamafactory_rocm.lf.memory import model_config_for
 from llamafactory_rocm.presets import raw
 from llamafactory_rocm.rules import memory_fit
 from llamafactory_rocm.rules.memory_fit import refused_change

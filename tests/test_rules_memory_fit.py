@@ -6,7 +6,7 @@ The Strix Halo snapshot holds the figures of ROCm/legacy-rocm-build#6004; not ru
 from dataclasses import replace
 
 from llamafactory_rocm.findings import Level
-from llamafactory_rocm.memory import model_config_for
+from llamafactory_rocm.lf.memory import model_config_for
 from llamafactory_rocm.presets import raw
 from llamafactory_rocm.rules import memory_fit
 from llamafactory_rocm.rules.memory_fit import device_budget
@@ -95,7 +95,7 @@ def test_each_change_named_when_over_the_device_fits_when_applied():
 
 
 def test_a_model_no_change_of_the_run_fits_names_a_gpu_that_does():
-    from llamafactory_rocm.memory import ModelMemory
+    from llamafactory_rocm.lf.memory import ModelMemory
 
     config = raw("rx7900xtx_llama3_lora")
     ctx = replace(make_ctx("rx7900xtx"), model_config=model_config_for(config["model_name_or_path"]))

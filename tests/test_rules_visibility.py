@@ -6,7 +6,7 @@ Recorded snapshots built from published facts; none of it ran on AMD hardware.
 from dataclasses import replace
 
 from llamafactory_rocm.findings import Level
-from llamafactory_rocm.memory import model_config_for
+from llamafactory_rocm.lf.memory import model_config_for
 from llamafactory_rocm.presets import raw
 from llamafactory_rocm.rules import Context, resolve, visibility
 from llamafactory_rocm.rules.visibility import hip_value_for

@@ -203,7 +203,7 @@ def test_full_finetuning_memory_shards_over_both_nodes(tmp_path):
 
 
 def _llama3_config() -> dict:
-    from llamafactory_rocm.memory import model_config_for
+    from llamafactory_rocm.lf.memory import model_config_for
 
     found = model_config_for(LLAMA3)
     assert found is not None

@@ -26,13 +26,13 @@ from ..findings import Finding, Level, has_errors
 from ..findings.registry import fix_text
 from ..lf.causes import cause_of
 from ..lf.commands import COMMANDS, checked_entry, command_keys, command_verdict
+from ..lf.memory import model_config_for
 from ..lf.outputs import existing_outputs, resume_checkpoint
 from ..lf.schema import load_schema, output_dir_of
 from ..lf.verdict import DeviceAnswers
 from ..machine.catalogue import load_catalogue
 from ..machine.probe import installed_distributions
 from ..machine.snapshot import Snapshot
-from ..memory import model_config_for
 from ..rules import PLAN_RULES, Context, Resolution, resolve, rules_for
 from ..rules.memory_fit import estimate_numbers
 from .rank import judged_as, launched_world, rank_finding

@@ -49,7 +49,7 @@ def request() -> Request | None:
 def count_step_flops(launch: Any) -> None:
     """A step hook of the dry run's activation step: the FLOPs of one micro-batch at the trace's shape (the
     per-device batch x cutoff_len) on the built model; a model whose forward cannot run fake gets none."""
-    from ..memory import sequences_per_forward
+    from ..lf.memory import sequences_per_forward
     from .flops import step_flops
 
     args = launch.training_args

@@ -28,8 +28,8 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..memory import ActivationTrace, sequences_per_forward
 from .dry_parts import Launch, _words
+from .memory import ActivationTrace, sequences_per_forward
 
 # Run on the built model before the trace, each handed the launch: the forecast's FLOP count
 # (forecast/run.py count_step_flops, added only while a check asks for the forecast)

@@ -161,7 +161,7 @@ def _checkpoint_dtype(name_or_path: str) -> Any:
     names one: ``from_config`` builds in it as ``from_pretrained`` loads in it."""
     import torch
 
-    from ..memory import model_config_for
+    from .memory import model_config_for
 
     found = model_config_for(name_or_path) or {}
     return None if found.get("torch_dtype") or found.get("dtype") else torch.bfloat16

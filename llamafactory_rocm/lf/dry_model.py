@@ -22,9 +22,9 @@ import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
-from ..memory import OtherModel, count_model
 from .causes import cause_of
 from .dry_parts import Launch, _meta_limitation, _words
+from .memory import OtherModel, count_model
 from .stages import adds_valuehead
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..findings import Finding, Level
-from ..memory import ModelMemory
+from .memory import ModelMemory
 
 
 @dataclass

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..memory import optimizer_state_bytes
 from .causes import cause_of
 from .dry_parts import Launch, _words
+from .memory import optimizer_state_bytes
 from .work import work_of
 
 

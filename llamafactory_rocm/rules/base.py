@@ -16,7 +16,7 @@ from ..machine.catalogue import ArchInfo, Catalogue
 from ..machine.snapshot import Device, Snapshot
 
 if TYPE_CHECKING:
-    from ..memory import ModelMemory
+    from ..lf.memory import ModelMemory
 
 Config = dict[str, Any]
 Env = dict[str, str]

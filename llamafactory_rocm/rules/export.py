@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..findings import Finding, Level
-from ..memory import GIB, UNESTIMABLE, checkpoint_weight_bytes, model_config_for, shape_and_count
+from ..lf.memory import GIB, UNESTIMABLE, checkpoint_weight_bytes, model_config_for, shape_and_count
 from .base import Context, Rule, Step, lf_value, unchanged
 from .memory_fit import BUDGET
 

@@ -13,8 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..findings import Finding, Level
-from ..machine.snapshot import Device
-from ..memory import (
+from ..lf.memory import (
     UNESTIMABLE,
     Estimate,
     ModelMemory,
@@ -25,6 +24,7 @@ from ..memory import (
     largest_fitting_batch,
     shape_and_count,
 )
+from ..machine.snapshot import Device
 from .base import Context, Step, lf_value, truthy, unchanged
 from .world import world_size
 
