@@ -324,12 +324,17 @@ def test_the_ppo_trainer_pin_conflicts_with_llamafactory_itself() -> None:
         ({"lora_rank": 0}, "MODEL_MODULES_REFUSED", "lora_rank"),  # peft's LoraConfig
         ({"lora_target": "c_attn"}, "MODEL_MODULES_REFUSED", "lora_target"),  # peft's inject_adapter
         ({"stage": "foo"}, "STAGE_UNKNOWN", "stage"),  # LLaMA-Factory's tuner: Unknown task
+        ({"lora_dropout": 1.5}, "MODEL_MODULES_REFUSED", "lora_dropout"),  # torch's Dropout, built by peft
+        ({"adapter_name_or_path": "__empty__"}, "MODEL_MODULES_REFUSED", "adapter_name_or_path"),  # peft's config
     ],
 )
 def test_a_launch_refusal_is_fixed_by_its_remedy(changes, code, key, tiny_model: Path, tmp_path: Path, monkeypatch):
     """Refusals past the parser (the trainer's optimizer, the adapter set-up): the fix names the key the library's
     words are about, and its remedy applied passes the launch run dry (LLaMA-Factory's own steps)."""
     monkeypatch.chdir(tmp_path)
+    if changes.get("adapter_name_or_path") == "__empty__":  # an adapter folder the run never wrote into
+        (tmp_path / "empty-adapter").mkdir()
+        changes = {"adapter_name_or_path": str(tmp_path / "empty-adapter")}
     config = _config(tiny_model, tmp_path / "out", changes)
     first = next(f for f in check_config(config, plan_without_gpu=False).findings if f.level is Level.ERROR)
     assert (first.code, first.key) == (code, key), first.line()
