@@ -251,6 +251,9 @@ def test_a_snapshot_that_is_a_pipe_is_refused_without_reading_it(workdir):
 
 INTERRUPTED_AT_THE_CONFIG = """
 import os, signal, sys
+# Ctrl-C as a user's shell delivers it: a process started from a test worker may inherit SIGINT ignored (a
+# disposition exec keeps, set by a library earlier in that worker), and Python then installs no handler.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 config = os.path.abspath(sys.argv[1])
 def interrupt(event, args):  # a real SIGINT, as Ctrl-C sends it, the moment the config file is opened
     if event == "open" and args and str(args[0]) == config:

@@ -130,7 +130,10 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def run_check(path: Path, workdir: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[int, str, str]:
     monkeypatch.chdir(workdir)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    # The user has not switched the Hub off: the model, not in the cache, is "not checked" (the dry run itself
+    # never downloads); under HF_HUB_OFFLINE=1 it is refused (MODEL_NOT_FOUND), as the real run fails there.
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HF_HOME", str(workdir / "hf"))
     monkeypatch.delenv("LLAMAFACTORY_ROCM_DEBUG", raising=False)
     out, err = io.StringIO(), io.StringIO()

@@ -95,16 +95,33 @@ def _stopped_by_unconverted_values(run: DryRun, config: Mapping[str, Any], step:
     (``cache_dir: true``: huggingface_hub's ``Path(cache_dir)``; ``optim_args: 7``: transformers'
     ``_parse_optim_args``); stock LLaMA-Factory stops there with the same traceback. Said as an error naming
     those keys; False where the config has none (then the error is not the config's)."""
-    from .schema import load_schema
+    from .schema import field_defaults, load_schema
 
     suspects = load_schema().unconverted_values(config)
     if not suspects:
-        return False
+        # `key: null` where the field has a value by default (gradient_accumulation_steps: null): parse_dict
+        # hands None on, and the step that computes with it stops (int(None), None * 2)
+        defaults = field_defaults()
+        nulls = [k for k, v in config.items() if v is None and defaults.get(k) is not None]
+        if not nulls:
+            return False
+        run.error(
+            code="VALUE_TYPE_STOPS_LAUNCH",
+            message=f"{', '.join(f'{k}: null' for k in nulls[:3])} where LLaMA-Factory's field has a value "
+            f"(default {getattr(defaults[nulls[0]], 'value', defaults[nulls[0]])!r}); its parser hands null on, and "
+            f"the launch stops at its {step} step with {type(exc).__name__}: {_words(exc)}",
+            fix_as="null",
+            fix_with={"key": nulls[0]},
+            key=nulls[0],
+            remedy={nulls[0]: None},
+        )
+        return True
     named = ", ".join(f"{s.key}: {s.value!r} (type {type(s.value).__name__})" for s in suspects[:3])
     run.error(
         code="VALUE_TYPE_STOPS_LAUNCH",
         message=f"{named} where LLaMA-Factory's field takes a string; its parser hands YAML values on "
         f"unconverted, and the launch stops at its {step} step with {type(exc).__name__}: {_words(exc)}",
+        fix_as="string",
         fix_with={"key": suspects[0].key},
         key=suspects[0].key,
         remedy={suspects[0].key: None},
