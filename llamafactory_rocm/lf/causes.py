@@ -155,8 +155,9 @@ def _values(pattern: Pattern, groups: Mapping[str, str], config: Mapping[str, An
     if pattern.case == "interleave probabilities":
         names = [n for n in str(config.get("dataset", "")).split(",") if n.strip()]
         values["even_probs"] = ",".join([f"{1 / max(len(names), 1):.4g}"] * max(len(names), 1))
-    for key in pattern.keys:
-        values.setdefault("key", key) if key in config else None
+    present = [key for key in pattern.keys if key in config]
+    if present:
+        values.setdefault("key", present[0])
     return values
 
 
