@@ -17,6 +17,7 @@ from ..check.render import report_text
 from ..check.request import CheckRequest, from_launch_args
 from ..check.run import run_check
 from ..errors import EXIT_FINDINGS, EXIT_OK, UsageError
+from ..forecast.run import Forecast
 from ..forecast.run import requested as forecast_requested
 from ..lf.commands import COMMANDS, checked_entry, infer_command
 from ..machine.snapshot import Snapshot
@@ -69,12 +70,34 @@ def register(subs: argparse._SubParsersAction) -> None:
         metavar="USD",
         help="price per GPU-hour for the forecast's cost (implies --forecast); default: the dated table",
     )
+    p.add_argument(
+        "--measure",
+        type=_measured_steps,
+        metavar="N",
+        help="run N optimizer steps (at least 2) of LLaMA-Factory's trainer on this machine in a throwaway folder, "
+        "time the steps after the first and forecast the whole run from them (implies --forecast; your "
+        "output_dir is not touched)",
+    )
     p.set_defaults(run=run)
+
+
+def _measured_steps(text: str) -> int:
+    if not text.strip().isdigit() or int(text) < 2:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of steps: give a whole number of at least 2 (the first step "
+            "is warm-up and is not timed), e.g. --measure 5"
+        )
+    return int(text)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.price is not None and not 0 < args.price < float("inf"):
         raise UsageError(f"--price {args.price} is not a price: give USD per GPU-hour above 0, e.g. --price 1.99")
+    if args.measure is not None and (args.gpu or args.arch or args.snapshot):
+        raise UsageError(
+            "--measure times this machine's device, not a planned one: drop --gpu/--arch/--snapshot to measure "
+            "here, or keep them and use --forecast alone"
+        )
     snapshot = load_snapshot(args.snapshot) if args.snapshot else None
     request = from_launch_args(
         args.launch_args,
@@ -86,8 +109,13 @@ def run(args: argparse.Namespace) -> int:
         planned_world=world_env(args.nodes, args.gpus_per_node),
     )
     command, how = chosen_command(request, args.for_command)
-    with forecast_requested(args.price) if args.forecast or args.price is not None else nullcontext():
+    asked = args.forecast or args.price is not None or args.measure is not None
+    with forecast_requested(args.price) if asked else nullcontext():
         report = run_check(replace(request, command=command))
+    if args.measure is not None and isinstance(report.forecast, Forecast):
+        from ..forecast.measure import measure
+
+        measure(report.forecast, report.config, report.resolution.env_changes, args.measure, ok=report.ok)
     if args.json:
         print(json.dumps({"command": command, "command_from": how, **report.as_json()}, indent=2, default=str))
     else:

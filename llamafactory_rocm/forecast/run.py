@@ -89,6 +89,8 @@ class Forecast:
     price: dict[str, Any] | None = None
     cost: tuple[float, float] | None = None  # USD, (low, high)
     notes: list[str] = field(default_factory=list)
+    found_step: Any = None  # the FLOPs hook's StepFlops (flops.py), kept for the measured rate
+    measured: dict[str, Any] | None = None  # check --measure N (measure.py measured_forecast)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -104,6 +106,7 @@ class Forecast:
             "price": self.price,
             "cost_usd": self.cost,
             "notes": self.notes,
+            **({"measured": self.measured} if self.measured is not None else {}),
         }
 
 
@@ -152,6 +155,10 @@ def forecast_lines(f: Forecast | NoForecast) -> list[str]:
         rate = f"${p['low']:g}" if p["low"] == p["high"] else f"${p['low']:g}-{p['high']:g}"
         said = f"{p.get('label', p['source'])}, {p['date']}" if p.get("date") else p["source"]
         lines.append(f"  cost: ${f.cost[0]:,.2f} to ${f.cost[1]:,.2f} at {rate} per GPU-hour ({said})")
+    if f.measured is not None:
+        from .measure import measured_lines
+
+        lines.extend(measured_lines(f.measured))
     lines.extend(f"  note: {note}" for note in f.notes)
     return lines
 
@@ -246,6 +253,7 @@ def forecast_of(
         notes.append(f"tokens not forecast: the {data_stage or 'unknown'} stage's rows are not read (sft, pt only)")
     result = Forecast(work=work, tokens=tokens, card=card, gpus=world_size, notes=notes)
     step = found.get("step_flops")
+    result.found_step = step
     if step is not None and tokens is not None:
         # FLOPs scale with the tokens run; counted at batch x cutoff_len, attention's share (s^2) is the
         # cutoff's, an over-count where rows are shorter (docs/forecast.md)
