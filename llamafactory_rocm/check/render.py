@@ -67,6 +67,10 @@ def report_text(report: Report) -> str:
 
         lines.append("")
         lines.extend(forecast_lines(report.forecast))
+        if getattr(report.forecast, "cards", None) is not None:  # check --cards
+            from ..forecast.cards import card_lines
+
+            lines.extend(card_lines(report.forecast.cards, report.forecast.peak_gib, report.forecast.gpus))
     verdict = "ok: ready to launch" if report.ok else "refused: fix the errors above"
     lines.append("")
     lines.append(verdict)

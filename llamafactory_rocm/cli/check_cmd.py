@@ -71,6 +71,12 @@ def register(subs: argparse._SubParsersAction) -> None:
         help="price per GPU-hour for the forecast's cost (implies --forecast); default: the dated table",
     )
     p.add_argument(
+        "--cards",
+        action="store_true",
+        help="forecast the run on every catalogue card: fits or not (the memory estimate), time, cost, cheapest "
+        "first (implies --forecast)",
+    )
+    p.add_argument(
         "--measure",
         type=_measured_steps,
         metavar="N",
@@ -109,9 +115,13 @@ def run(args: argparse.Namespace) -> int:
         planned_world=world_env(args.nodes, args.gpus_per_node),
     )
     command, how = chosen_command(request, args.for_command)
-    asked = args.forecast or args.price is not None or args.measure is not None
+    asked = args.forecast or args.price is not None or args.measure is not None or args.cards
     with forecast_requested(args.price) if asked else nullcontext():
         report = run_check(replace(request, command=command))
+    if args.cards and isinstance(report.forecast, Forecast):
+        from ..forecast.cards import add_cards
+
+        add_cards(report.forecast, report.config, args.price)
     if args.measure is not None and isinstance(report.forecast, Forecast):
         from ..forecast.measure import measure
 

@@ -91,6 +91,8 @@ class Forecast:
     notes: list[str] = field(default_factory=list)
     found_step: Any = None  # the FLOPs hook's StepFlops (flops.py), kept for the measured rate
     measured: dict[str, Any] | None = None  # check --measure N (measure.py measured_forecast)
+    cards: list[dict[str, Any]] | None = None  # --cards: each catalogue card's row (cards.py card_rows)
+    peak_gib: float | None = None  # --cards: the memory estimate's peak per device the rows are judged by
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -107,6 +109,7 @@ class Forecast:
             "cost_usd": self.cost,
             "notes": self.notes,
             **({"measured": self.measured} if self.measured is not None else {}),
+            **({"cards": {"peak_gib": self.peak_gib, "rows": self.cards}} if self.cards is not None else {}),
         }
 
 

@@ -1,0 +1,52 @@
+"""``check --cards`` (forecast/cards.py): one config on every catalogue card. Whether a card fits is the memory
+rule's own verdict (MEMORY_OVER_DEVICE when the check is planned for that card), not our arithmetic restated;
+the order is cheapest first; a card without a peak figure says it has no time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llamafactory_rocm.check.render import report_text
+from llamafactory_rocm.check.run import check_config
+from llamafactory_rocm.findings import Level
+from llamafactory_rocm.forecast.cards import add_cards
+from llamafactory_rocm.forecast.run import Forecast, requested
+from tests.conftest import tiny_train_config
+from tests.test_planning import llama3_8b_folder
+
+
+@pytest.fixture(scope="module")
+def eight_b_config(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    folder = llama3_8b_folder(tiny_model, tmp_path_factory.mktemp("cards") / "llama3-8b")
+    out = tmp_path_factory.mktemp("cards-out")
+    return tiny_train_config(tiny_model, out, model_name_or_path=str(folder), cutoff_len=256, bf16=True)
+
+
+def _errors(report) -> set[str]:
+    return {f.code for f in report.findings if f.level is Level.ERROR}
+
+
+def test_fits_is_the_memory_rules_verdict_and_cheapest_comes_first(eight_b_config: dict):
+    with requested():
+        report = check_config(eight_b_config, gpu="rx7900xtx")
+    assert report.ok, _errors(report)  # the rule: an 8B LoRA at 4 x 256 fits a 24 GiB card
+    forecast = report.forecast
+    assert isinstance(forecast, Forecast)
+    add_cards(forecast, report.config, None)
+    rows = {row["card"]: row for row in forecast.cards}
+    assert forecast.peak_gib == pytest.approx(report.estimate["peak_gib"], abs=0.01)  # the rule's estimate
+    assert rows["rx7900xtx"]["fits"] is True
+    assert rows["rx7600"]["fits"] is False
+    refused = check_config(eight_b_config, gpu="rx7600")  # the rule, planned for the 8 GiB card
+    assert "MEMORY_OVER_DEVICE" in _errors(refused)
+
+    order = [row["card"] for row in forecast.cards]
+    banded = [r for r in forecast.cards if r["fits"] and r["hours"] and r["cost_usd"]]
+    assert banded and order[0] == min(banded, key=lambda r: r["cost_usd"][1])["card"]
+    assert order.index("mi300x") < order.index("mi250") < order.index("rx7900xtx")  # band, lower bound, none
+    assert all(not rows[c]["fits"] for c in order[order.index("rx7600") :])  # what does not fit comes last
+    text = report_text(report)
+    assert "no time: no peak dense bf16 figure for rx7900xtx" in text
+    assert "at least" in text  # mi250: a lower bound, said to be one
