@@ -43,6 +43,8 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing alone costs 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from types import ModuleType
+
+    from llamafactory_rocm.lf.commands import Ref
 else:
     ModuleType = type(sys)
 
@@ -62,10 +64,10 @@ def _step_aside(exc: Exception) -> None:
     say(f"pre-launch check is off for this run ({exc}); set {SWITCH}=0 to silence this line.")
 
 
-_HOOKED: list[dict[str, tuple[tuple[str, str, str, bool], ...]]] = []  # read once, on first use
+_HOOKED: list[dict[str, tuple[tuple[str, Ref, str, bool], ...]]] = []  # read once, on first use
 
 
-def _hooked() -> dict[str, tuple[tuple[str, str, str, bool], ...]]:
+def _hooked() -> dict[str, tuple[tuple[str, Ref, str, bool], ...]]:
     """LLaMA-Factory module -> (qualified name, wrapper, command, required) for each function hooked in it."""
     if not _HOOKED:
         from llamafactory_rocm.lf.commands import hooked_modules
@@ -74,7 +76,7 @@ def _hooked() -> dict[str, tuple[tuple[str, str, str, bool], ...]]:
     return _HOOKED[0]
 
 
-def _wrap_function(module: ModuleType, qualname: str, wrapper: str, command: str, required: bool) -> None:
+def _wrap_function(module: ModuleType, qualname: str, wrapper: Ref, command: str, required: bool) -> None:
     """Replace ``qualname`` in ``module`` by ``wrapper(original, command)`` once; step aside in one line if
     that fails, or if a ``required`` function is missing."""
     *path, name = qualname.split(".")
@@ -87,9 +89,7 @@ def _wrap_function(module: ModuleType, qualname: str, wrapper: str, command: str
     try:
         if original is None:
             raise AttributeError(f"{module.__name__} has no {qualname}")
-        from llamafactory_rocm.lf.commands import resolve
-
-        setattr(owner, name, resolve(wrapper)(original, command))
+        setattr(owner, name, wrapper.load()(original, command))
     except Exception as exc:
         _step_aside(exc)
 

@@ -16,11 +16,12 @@ import yaml
 
 from llamafactory_rocm.check.run import check_config
 from llamafactory_rocm.findings import Level
+from llamafactory_rocm.lf.commands import CHAT as CHAT_CHAIN
+from llamafactory_rocm.lf.commands import EXPORT as EXPORT_CHAIN
+from llamafactory_rocm.lf.commands import TRAIN as TRAIN_CHAIN
 from llamafactory_rocm.lf.commands import command_verdict
-from llamafactory_rocm.rules import RULES, TRAIN_RULES, rules_for
-from llamafactory_rocm.rules.export import EXPORT_RULES
-from llamafactory_rocm.rules.predict import PREDICT_RULES
-from llamafactory_rocm.rules.serving import CHAT_RULES
+from llamafactory_rocm.rules import PLAN_RULES, RULES, TRAIN_RULES, module_rules, plan_for, predict, rules_for, serving
+from llamafactory_rocm.rules import export as export_rules
 from tests.after_training_helpers import peft_adapter_config
 from tests.conftest import load_snapshot
 
@@ -34,12 +35,16 @@ def codes(report, level: Level | None = None) -> set[str]:
 
 
 def test_rules_for_each_command():
-    assert rules_for("train") == TRAIN_RULES and TRAIN_RULES[: len(RULES)] == RULES
-    assert set(PREDICT_RULES) <= set(TRAIN_RULES)
+    assert rules_for("train") == TRAIN_RULES and plan_for("train") == PLAN_RULES and RULES == TRAIN_RULES + PLAN_RULES
+    assert not set(PLAN_RULES) & set(TRAIN_RULES)  # the plan is a chain of its own, run after the dry launch
+    assert plan_for("chat") == ()
+    assert module_rules(predict, TRAIN_CHAIN) and set(module_rules(predict, TRAIN_CHAIN)) <= set(TRAIN_RULES)
     export_names = {r.__name__ for r in rules_for("export")}
-    assert {r.__name__ for r in EXPORT_RULES} <= export_names
-    assert set(CHAT_RULES) <= set(rules_for("chat")) and rules_for("chat") == rules_for("api") == rules_for("webchat")
-    assert not set(CHAT_RULES) & set(rules_for("export"))
+    assert {r.__name__ for r in module_rules(export_rules, EXPORT_CHAIN)} <= export_names
+    chat_rules = module_rules(serving, CHAT_CHAIN)
+    assert chat_rules and set(chat_rules) <= set(rules_for("chat"))
+    assert rules_for("chat") == rules_for("api") == rules_for("webchat")
+    assert not set(chat_rules) & set(rules_for("export"))
     with pytest.raises(ValueError, match="unknown command"):
         rules_for("serve")
 

@@ -1,7 +1,7 @@
 """One registry of LLaMA-Factory commands (lf/commands.py ``REGISTRY``): each command is one entry, and every
-name an entry gives resolves on the installed LLaMA-Factory (run on both lines: tests/main_line.sh).
+reference an entry holds loads on the installed LLaMA-Factory (run on both lines: tests/main_line.sh).
 
-A new command is one entry: ``check --for`` offers it (``COMMANDS``), ``rules_for`` runs the chain it names,
+A new command is one entry: ``check --for`` offers it (``COMMANDS``), ``rules_for`` runs the chain it holds,
 ``command_verdict`` its parser, ``_startup`` wraps what its hooks name, and its record goes where it says.
 """
 
@@ -19,9 +19,9 @@ import yaml
 from llamafactory_rocm import _startup
 from llamafactory_rocm.cli.main import build_parser
 from llamafactory_rocm.lf import commands
-from llamafactory_rocm.lf.commands import COMMANDS, REGISTRY, command_entry, hooked_modules, resolve
+from llamafactory_rocm.lf.commands import CHAT, COMMANDS, REGISTRY, Chain, Ref, command_entry, hooked_modules
 from llamafactory_rocm.lf.launcher_source import cli_commands
-from llamafactory_rocm.rules import CHAINS, rules_for
+from llamafactory_rocm.rules import chain_rules, plan_for, rules_for
 
 NEEDS_GRADIO = importlib.util.find_spec("gradio") is None or importlib.util.find_spec("fastapi") is None
 
@@ -37,33 +37,40 @@ def test_every_command_of_the_installed_cli_is_an_entry_and_calls_what_it_says()
             assert "NotImplementedError" in entry.not_run
             assert entry.dry is None and not entry.hooks and entry.record is None
         else:
-            assert cli[entry.name] == entry.cli
+            assert cli[entry.name] == str(entry.cli)
 
 
-def test_every_parser_and_chain_an_entry_names_resolves():
+def test_every_parser_chain_and_builder_an_entry_holds_loads():
     for entry in REGISTRY:
         if entry.parser is None:  # reads no config: not offered by check --for
             assert entry.name not in COMMANDS and entry.rules is None and entry.parser_args is None
             continue
-        assert callable(resolve(entry.parser)), entry.name
+        assert isinstance(entry.parser, Ref) and callable(entry.parser.load()), entry.name
         fields = commands.command_keys(entry.name)
-        assert fields and all(dataclasses.is_dataclass(cls) for cls in resolve(entry.parser_args or ""))
-        assert rules_for(entry.name) is CHAINS[entry.rules or ""] and all(callable(r) for r in rules_for(entry.name))
-        assert entry.dry in {"launch", "load", None}
+        assert entry.parser_args is not None
+        assert fields and all(dataclasses.is_dataclass(cls) for cls in entry.parser_args.load())
+        assert isinstance(entry.rules, Chain) and rules_for(entry.name) == chain_rules(entry.rules)
+        assert rules_for(entry.name) and all(callable(r) for r in rules_for(entry.name))
+        assert plan_for(entry.name) == (chain_rules(entry.plan) if entry.plan else ())
+        assert entry.dry in {commands.DRY_LAUNCH, commands.DRY_LOAD, None}
+        if entry.dry is not None:
+            assert callable(entry.dry.load()), entry.dry
         if entry.judged_through:
-            assert callable(resolve(entry.judged_through))
+            assert callable(entry.judged_through.load())
         if entry.record:
             assert entry.record in fields  # a key of the config the command reads
+        if entry.guarded_imports:  # the module the dry load reads the guarded imports of is the command's own
+            assert entry.cli is not None and entry.guarded_imports.module == entry.cli.module
 
 
 @pytest.mark.skipif(NEEDS_GRADIO, reason="the web UI and API modules need the webui extra")
 def test_every_hooked_function_and_its_wrapper_resolve():
     for entry in REGISTRY:
         for hook in entry.hooks:
-            assert callable(resolve(hook.target)), hook.target
-            assert callable(resolve(hook.wrapper)), hook.wrapper
+            assert callable(hook.target.load()), hook.target
+            assert callable(hook.wrapper.load()), hook.wrapper
         for caller in entry.callers:  # the functions up the stack that name the command
-            module = resolve(entry.cli or "").__module__ if entry.cli else None
+            module = entry.cli.load().__module__ if entry.cli else None
             assert module and hasattr(importlib.import_module(module), caller), (entry.name, caller)
 
 
@@ -86,8 +93,8 @@ def test_a_function_shared_by_commands_is_hooked_once_and_train_needs_run_exp():
         ("export_model", "export", False),
     ]
     assert [(q, c) for q, _, c, _ in hooked["llamafactory.webui.interface"]] == [
-        ("run_web_demo", "webchat"),
         ("run_web_ui", "webui"),
+        ("run_web_demo", "webchat"),
     ]
     assert commands.caller_commands() == {
         "run_chat": "chat",
@@ -102,11 +109,13 @@ def test_a_new_command_is_one_entry(monkeypatch, capsys):
     record folder all follow."""
     entry = commands.Command(
         "score",
-        cli="llamafactory.chat.chat_model:run_chat",
-        parser="llamafactory.hparams.parser:get_infer_args",
-        parser_args="llamafactory.hparams.parser:_INFER_ARGS",
-        rules="CHAT_CHAIN",
-        hooks=(commands.Hook("llamafactory.fake.scorer:run_score", "tests.test_command_registry:_wrap"),),
+        cli=Ref("llamafactory.chat.chat_model", "run_chat"),
+        parser=Ref("llamafactory.hparams.parser", "get_infer_args"),
+        parser_args=Ref("llamafactory.hparams.parser", "_INFER_ARGS"),
+        rules=CHAT,
+        hooks=(
+            commands.Hook(Ref("llamafactory.fake.scorer", "run_score"), Ref("tests.test_command_registry", "_wrap")),
+        ),
         record="export_dir",
     )
     registry = (*REGISTRY, entry)

@@ -10,8 +10,11 @@ import json
 
 import pytest
 
+from llamafactory_rocm.lf.commands import EXPORT as EXPORT_CHAIN
 from llamafactory_rocm.lf.text_only import text_only_llamafactory
-from llamafactory_rocm.rules.export import EXPORT_RULES, export_memory, refuse_merge_into_quantized
+from llamafactory_rocm.rules import export as export_rules
+from llamafactory_rocm.rules import module_rules
+from llamafactory_rocm.rules.export import export_memory, refuse_merge_into_quantized
 from tests.after_training_helpers import peft_adapter
 from tests.conftest import make_ctx
 
@@ -87,7 +90,7 @@ def test_stock_export_model_merges_the_adapter_the_rule_lets_through(tiny_model,
         "template": "llama3",
         "export_dir": str(tmp_path / "merged"),
     }
-    assert not any(rule(config, {}, make_ctx("mi300x")).findings for rule in EXPORT_RULES)
+    assert not any(rule(config, {}, make_ctx("mi300x")).findings for rule in module_rules(export_rules, EXPORT_CHAIN))
     _stock_export(_tuner())(dict(config))
     assert (tmp_path / "merged" / "config.json").is_file()
     assert list((tmp_path / "merged").glob("*.safetensors"))

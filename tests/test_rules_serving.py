@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from llamafactory_rocm.findings import has_errors
+from llamafactory_rocm.lf.commands import CHAT as CHAT_CHAIN
 from llamafactory_rocm.lf.text_only import text_only_llamafactory
+from llamafactory_rocm.rules import module_rules, serving
 from llamafactory_rocm.rules.serving import (
-    CHAT_RULES,
     infer_bf16_emulated,
     sglang_on_rocm,
     vllm_lora_rank,
@@ -20,7 +21,7 @@ CHAT = {"model_name_or_path": MODEL, "adapter_name_or_path": "saves/lora", "temp
 
 def findings(config, ctx):
     out = []
-    for rule in CHAT_RULES:
+    for rule in module_rules(serving, CHAT_CHAIN):
         out += rule(config, {}, ctx).findings
     return out
 

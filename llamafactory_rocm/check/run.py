@@ -4,15 +4,16 @@ Order: the deepspeed path and the dataset folder are resolved, the data is read 
 and LLaMA-Factory's converter (the data pass), the rules run on the machine or the planned target,
 LLaMA-Factory's own ``get_train_args`` judges the result as a rank of the world its launcher starts
 (check/rank.py), and LLaMA-Factory's launch runs dry up to step 1 (lf/dry_run.py). The plan rules (world,
-memory: rules.PLAN_RULES) run once, last, on what the dry run found. A request at
+memory: the entry's ``plan`` chain, ``rules.plan_for``) run once, last, on what the dry run found. A request at
 ``Depth.RULES`` (a rank whose node's first rank checks fully) runs the pure rules only: the resolved
 config is the same on every rank because resolution is deterministic; only the costly parts are skipped.
 
-``request.command`` routes the check by its entry in lf/commands.py's ``REGISTRY``: ``train`` (``dry:
-"launch"``) as above; ``export``, ``chat``, ``api``, ``webchat`` and ``eval`` run the rule chain their entry
-names (``rules_for``) and LLaMA-Factory's own parser for that command (``command_verdict``: ``export_model``
-up to its first load, ``get_infer_args``, ``get_eval_args``); no data pass, no dry launch; those whose entry
-says ``dry: "load"`` are then built dry (lf/dry_load.py; eval is not; docs/after-training.md#t8).
+``request.command`` routes the check by its entry in lf/commands.py's ``REGISTRY``: ``train`` (its ``dry``
+builder: lf/dry_run.py ``dry_launch``) as above; ``export``, ``chat``, ``api``, ``webchat`` and ``eval`` run
+the rule chain their entry holds (``rules_for``) and LLaMA-Factory's own parser for that command
+(``command_verdict``: ``export_model`` up to its first load, ``get_infer_args``, ``get_eval_args``); no data
+pass, no dry launch; those with a ``dry`` builder (lf/dry_load.py ``dry_load``) are then built dry (eval is
+not; docs/after-training.md#t8).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from ..lf.verdict import DeviceAnswers
 from ..machine.catalogue import load_catalogue
 from ..machine.probe import installed_distributions
 from ..machine.snapshot import Snapshot
-from ..rules import PLAN_RULES, Context, Resolution, resolve, rules_for
+from ..rules import Context, Resolution, plan_for, resolve, rules_for
 from ..rules.memory_fit import estimate_numbers
 from .rank import judged_as, launched_world, rank_finding
 from .report import Report
@@ -152,11 +153,14 @@ _TARGET_DEPENDENT = frozenset(
 _TARGET_INSTALLS = frozenset({"QUANTIZATION_PACKAGE_MISSING"})
 
 
-def dry_launch_findings(config: Mapping[str, Any], snapshot: Snapshot, parsed: Any = None) -> tuple[list[Finding], Any]:
-    """LLaMA-Factory's launch run dry on the resolved config (lf/dry_run.py), as findings; ``parsed``: what
-    LLaMA-Factory's parser returned for it in this check."""
-    from ..lf.dry_run import dry_launch
+def dry_launch_findings(
+    config: Mapping[str, Any], snapshot: Snapshot, parsed: Any = None, command: str = "train"
+) -> tuple[list[Finding], Any]:
+    """LLaMA-Factory's launch run dry on the resolved config (``command``'s dry builder: lf/dry_run.py
+    ``dry_launch``), as findings; ``parsed``: what LLaMA-Factory's parser returned for it in this check."""
     from ..lf.verdict import device_answers_patched
+
+    dry_launch = checked_entry(command).dry.load()  # lf/dry_run.py dry_launch, the training entry's builder
 
     answers = device_answers(snapshot)
     args = dict(config)
@@ -186,7 +190,6 @@ def run_check(request: CheckRequest) -> Report:
         raise UsageError(f"unknown command {command!r}: one of {', '.join(COMMANDS)}.")
     entry = checked_entry(command)
     train = entry.trains  # the data pass, the output folder, the world and the launch run dry
-    rules = rules_for(command)
     catalogue = load_catalogue()
     target = resolve_target(request.gpu, request.arch, request.config_path, catalogue)
     snapshot = request.snapshot
@@ -223,7 +226,7 @@ def run_check(request: CheckRequest) -> Report:
     )
     # The plan rules (the world's batch arithmetic, memory) run once, after LLaMA-Factory's launch ran dry,
     # on what it found (the rows it trains on); the other rules before, on the config as given.
-    resolution = resolve(config, env, ctx, rules=tuple(r for r in rules if r not in PLAN_RULES))
+    resolution = resolve(config, env, ctx, rules=rules_for(command))
     findings = accept_findings(resolution.findings, request.accept)
     dry = None
     estimate = None
@@ -240,16 +243,14 @@ def run_check(request: CheckRequest) -> Report:
             # one the run stops on, so it comes first (the rules' package or data errors after it).
             refused = [f for f in verdict if f.level is Level.ERROR]
             findings = refused + findings + [f for f in verdict if f.level is not Level.ERROR]
-            if not has_errors(findings) and entry.dry == "load":  # export/chat/api/webchat built dry
-                from ..lf.dry_load import dry_load_findings
-
+            if not has_errors(findings) and entry.dry is not None and not train:  # export/chat/api/webchat
                 planned = device_answers(ctx.snapshot) is not None
-                loaded = dry_load_findings(resolution.config, command, planned=planned)
+                loaded = entry.dry.load()(resolution.config, command, planned=planned).findings
                 findings += accept_findings(loaded, request.accept)
-            if not has_errors(findings) and entry.dry == "launch":  # LLaMA-Factory's training launch, dry
-                dry_findings, dry = dry_launch_findings(resolution.config, ctx.snapshot, parsed)
+            if not has_errors(findings) and train:  # LLaMA-Factory's training launch, dry
+                dry_findings, dry = dry_launch_findings(resolution.config, ctx.snapshot, parsed, command)
                 findings += accept_findings(dry_findings, request.accept)
-    plan_rules = tuple(r for r in rules if r in PLAN_RULES)
+    plan_rules = plan_for(command)
     if plan_rules:
         found = dict(extra_findings=())  # said once, by the first pass
         if dry is not None and dry.rows and dry.rows.get("train") is not None:

@@ -1,12 +1,14 @@
 """The LLaMA-Factory commands, one entry each (``REGISTRY``), and each command's own parser run on a config.
 
-An entry names, for one ``llamafactory-cli`` command, everything this package does with it: the function
+An entry holds, for one ``llamafactory-cli`` command, everything this package does with it: the function
 the CLI calls (read from the installed ``llamafactory/launcher.py`` by tests/test_command_registry.py), the
-parser and its dataclasses, the rule chain (by its name in rules/__init__.py), how the check builds it dry,
-the LLaMA-Factory functions the start-up hook wraps (``_startup``) and with what, and the config key naming
-the folder its launch record goes in. ``check`` (check/run.py), ``rules_for``, ``_startup`` and the hooks
-(train/hook.py, train/after.py) read the entry; a new command is one more entry. Every name is a string
-``"module:qualified.name"``, resolved only when used (``resolve``): nothing here imports LLaMA-Factory.
+parser and its dataclasses, its rule chains (``Chain`` objects: the rules declare themselves in them,
+rules/base.py ``rule``), its dry builder, the LLaMA-Factory functions the start-up hook wraps (``_startup``)
+and with what, the config key naming the folder its launch record goes in, the packages its module imports
+behind guards (lf/dry_load.py) and the server it exposes (lf/exposure.py). ``check`` (check/run.py),
+``rules_for``, ``_startup``, the dry builders and the hooks (train/hook.py, train/after.py) read the entry; a
+new command is one more entry and its builder (docs/architecture.md). Functions are ``Ref`` objects, loaded
+only when used: nothing here imports LLaMA-Factory, nor a floor above this one.
 
 ``llamafactory-cli train`` parses a config with ``get_train_args``; ``export``, ``chat``, ``api`` and
 ``webchat`` all parse it with ``get_infer_args`` (``export_model`` in ``llamafactory/train/tuner.py``
@@ -35,14 +37,81 @@ from .verdict import DeviceAnswers, Verdict, _quiet, _restored_environ, device_a
 
 
 @dataclass(frozen=True)
+class Ref:
+    """A reference to ``module``'s ``name`` (a dotted name for a method), imported where it is used (``load``).
+
+    Not a string to parse: a typed object that tests/test_command_registry.py loads for every entry. It is lazy
+    because what it names is either LLaMA-Factory's (seconds to import; a hooked module must not be imported
+    before LLaMA-Factory imports it) or this package's on a floor above this one (the hooks' wrappers in
+    train/, the dry builders, which import pydantic and torch's helpers): ``_startup`` reads the registry on
+    the first ``llamafactory.*`` import of every process and must stay light."""
+
+    module: str
+    name: str
+
+    def load(self) -> Any:
+        """The object, imported (``llamafactory.*`` as text-only as the check imports it: lf/text_only.py)."""
+        if self.module.startswith("llamafactory."):
+            from .text_only import text_only_llamafactory
+
+            with text_only_llamafactory():
+                found = importlib.import_module(self.module)
+        else:
+            found = importlib.import_module(self.module)
+        for part in self.name.split("."):
+            found = getattr(found, part)
+        return found
+
+    def __str__(self) -> str:
+        return f"{self.module}:{self.name}"
+
+
+@dataclass(frozen=True, eq=False)
+class Chain:
+    """One rule chain a command's entry runs. The rules in it say so where they are written
+    (``@rule(TRAIN, ...)``, rules/base.py); rules/__init__.py ``chain_rules`` lists them in run order."""
+
+    name: str
+    about: str
+
+    def __repr__(self) -> str:
+        return f"Chain({self.name!r})"
+
+
+TRAIN = Chain("train", "a training config, before its launch runs dry")
+PLAN = Chain("plan", "a training run's plan (the world, the memory), after its launch ran dry, on what it found")
+EXPORT = Chain("export", "llamafactory-cli export")
+CHAT = Chain("chat", "llamafactory-cli chat, api and webchat: a model loaded to serve")
+EVAL = Chain("eval", "llamafactory-cli eval")
+
+
+@dataclass(frozen=True)
 class Hook:
     """One LLaMA-Factory function that ``_startup`` replaces by ``wrapper(original, command)`` once its module
     has executed (``__llamafactory_rocm__`` marks it wrapped: a function shared by several commands is
     wrapped once, by the first entry that names it)."""
 
-    target: str  # "llamafactory.train.tuner:run_exp"; a method: "llamafactory.chat.chat_model:ChatModel.__init__"
-    wrapper: str  # "llamafactory_rocm.train.hook:wrap_run_exp"
+    target: Ref  # llamafactory.train.tuner's run_exp; a method: chat_model's "ChatModel.__init__"
+    wrapper: Ref  # train/hook.py's wrap_run_exp
     required: bool = False  # True: a module without it turns the check off in one line (False: left as it is)
+
+
+@dataclass(frozen=True)
+class GuardedImports:
+    """The LLaMA-Factory module a command runs whose guarded imports (``if is_fastapi_available(): from
+    fastapi import ...``) it then uses unguarded (lf/dry_load.py ``command_packages``): api/app.py's
+    create_app calls FastAPI, webui/interface.py's create_web_demo opens gr.Blocks (docs/after-training.md#t10)."""
+
+    module: str  # "llamafactory.api.app"
+    first_use: str  # the name it uses first, unguarded: "FastAPI"
+
+
+@dataclass(frozen=True)
+class Exposure:
+    """The server a command starts and the variables it listens by (lf/exposure.py)."""
+
+    server: str  # "gradio" (GRADIO_SERVER_NAME, GRADIO_SHARE; no password) or "api" (API_HOST, API_KEY)
+    label: str  # how the one line names it: "LlamaBoard"
 
 
 @dataclass(frozen=True)
@@ -52,103 +121,136 @@ class Command:
     name: str
     # What ``llamafactory-cli NAME`` calls (``launch()`` in llamafactory/launcher.py); None: it calls nothing
     # that runs the command (``not_run`` says what it does instead).
-    cli: str | None
+    cli: Ref | None
     # LLaMA-Factory's parser for the config and the dataclasses it fills (their fields: the keys it accepts);
     # None: the command reads no config, and ``check --for`` does not offer it.
-    parser: str | None = None
-    parser_args: str | None = None
-    # The rule chain, by its name in llamafactory_rocm/rules/__init__.py (``rules_for``).
-    rules: str | None = None
-    # How the check builds it dry, after the parser: "launch" (lf/dry_run.py: the training launch up to
-    # step 1, with the data pass, the world and the memory plan), "load" (lf/dry_load.py: the model on meta
-    # with its adapters), None (the parser and the rules only).
-    dry: str | None = None
+    parser: Ref | None = None
+    parser_args: Ref | None = None
+    # The rule chain run on the config before it is built dry (``rules_for``), and the one run after, on what
+    # the dry build found (``plan_for``; training's world and memory).
+    rules: Chain | None = None
+    plan: Chain | None = None
+    # How the check builds it dry, after the parser: lf/dry_run.py ``dry_launch`` (the training launch up to
+    # step 1, with the data pass, the world and the memory plan), lf/dry_load.py ``dry_load`` (the model on
+    # meta with its adapters), None (the parser and the rules only).
+    dry: Ref | None = None
     # The LLaMA-Factory function run on the config for the verdict up to its first load (``load_tokenizer``),
     # so its own checks before loading run too; None: the parser alone.
-    judged_through: str | None = None
+    judged_through: Ref | None = None
     hooks: tuple[Hook, ...] = ()
     # The config key naming the folder its launch record goes in; None: it writes no record.
     record: str | None = None
     # LLaMA-Factory functions up the stack that say a hook shared with other commands runs for this one.
     callers: tuple[str, ...] = ()
     not_run: str = ""  # what the CLI does where ``cli`` is None
+    guarded_imports: GuardedImports | None = None  # packages its module imports behind is_*_available()
+    exposure: Exposure | None = None  # the server it starts, said in one line where it listens beyond the loopback
 
     @property
     def trains(self) -> bool:
         """A training run: the data pass, the output folder, the world and the launch run dry apply."""
-        return self.dry == "launch"
+        return self.dry == DRY_LAUNCH
 
     @property
     def built_dry(self) -> str:
         """How the check builds it, in words for the report."""
-        if self.dry == "launch":
+        if self.trains:
             return "LLaMA-Factory's launch run dry up to step 1"
-        if self.dry == "load":
+        if self.dry is not None:
             return "built dry, the model on the meta device"
         return "parsed and ruled on, not built dry" + (f" ({self.not_run})" if self.not_run else "")
 
 
 _PARSER = "llamafactory.hparams.parser"
 _TUNER = "llamafactory.train.tuner"
+DRY_LAUNCH = Ref("llamafactory_rocm.lf.dry_run", "dry_launch")
+DRY_LOAD = Ref("llamafactory_rocm.lf.dry_load", "dry_load")
 _CHAT_MODEL_INIT = Hook(
-    "llamafactory.chat.chat_model:ChatModel.__init__", "llamafactory_rocm.train.after:wrap_chat_model_init"
+    Ref("llamafactory.chat.chat_model", "ChatModel.__init__"),
+    Ref("llamafactory_rocm.train.after", "wrap_chat_model_init"),
 )
-_EXPOSURE = "llamafactory_rocm.lf.exposure:wrap_server_entry"  # the one line on a server open beyond the loopback
-_INFER = {"parser": f"{_PARSER}:get_infer_args", "parser_args": f"{_PARSER}:_INFER_ARGS", "dry": "load"}
+_EXPOSURE = Ref("llamafactory_rocm.lf.exposure", "wrap_server_entry")  # the one line on a server beyond the loopback
+_INFER = {"parser": Ref(_PARSER, "get_infer_args"), "parser_args": Ref(_PARSER, "_INFER_ARGS"), "dry": DRY_LOAD}
+_GRADIO_INTERFACE = "llamafactory.webui.interface"
 
 
-def _serving(name: str, cli: str, *callers: str, exposed: bool = False) -> Command:
+def _serving(name: str, cli: Ref, *callers: str, **parts: Any) -> Command:
     """chat, api and webchat: ``get_infer_args``, the chat chain, built dry, checked where they build a
-    ChatModel (``callers`` say which); ``exposed``: their server (``cli``) says in one line when it listens
-    beyond the loopback."""
-    hooks = (_CHAT_MODEL_INIT, Hook(cli, _EXPOSURE)) if exposed else (_CHAT_MODEL_INIT,)
-    return Command(name, cli=cli, rules="CHAT_CHAIN", hooks=hooks, callers=callers, **_INFER)
+    ChatModel (``callers`` say which); one with an ``exposure`` says in one line, as its server (``cli``)
+    starts, when it listens beyond the loopback."""
+    hooks = (_CHAT_MODEL_INIT, Hook(cli, _EXPOSURE)) if parts.get("exposure") else (_CHAT_MODEL_INIT,)
+    return Command(name, cli=cli, rules=CHAT, hooks=hooks, callers=callers, **_INFER, **parts)
 
 
-# The LLaMA-Factory commands, in the order ``check --for`` lists them.
+# The LLaMA-Factory commands: LlamaBoard (the page the others also run from; no config), then those ``check
+# --for`` takes, in the order it lists them.
 REGISTRY: tuple[Command, ...] = (
+    # LlamaBoard reads no config: its runs come back through the hooks below (run_exp, export_model, ChatModel).
+    Command(
+        "webui",
+        cli=Ref(_GRADIO_INTERFACE, "run_web_ui"),
+        hooks=(
+            Hook(Ref(_GRADIO_INTERFACE, "run_web_ui"), _EXPOSURE),
+            # The page's own process (train/board.py): the final train log read after the run; the hook's
+            # lines of the export and chat tabs, which run in it, in their boxes.
+            Hook(
+                Ref("llamafactory.webui.runner", "Runner.monitor"),
+                Ref("llamafactory_rocm.train.board", "final_log_reread"),
+            ),
+            Hook(
+                Ref("llamafactory.webui.components.export", "save_model"),
+                Ref("llamafactory_rocm.train.board", "page_handler"),
+            ),
+            Hook(
+                Ref("llamafactory.webui.chatter", "WebChatModel.load_model"),
+                Ref("llamafactory_rocm.train.board", "page_handler"),
+            ),
+        ),
+        exposure=Exposure("gradio", "LlamaBoard"),
+    ),
     Command(
         "train",
-        cli=f"{_TUNER}:run_exp",
-        parser=f"{_PARSER}:get_train_args",
-        parser_args=f"{_PARSER}:_TRAIN_ARGS",
-        rules="TRAIN_RULES",
-        dry="launch",
-        hooks=(Hook(f"{_TUNER}:run_exp", "llamafactory_rocm.train.hook:wrap_run_exp", required=True),),
+        cli=Ref(_TUNER, "run_exp"),
+        parser=Ref(_PARSER, "get_train_args"),
+        parser_args=Ref(_PARSER, "_TRAIN_ARGS"),
+        rules=TRAIN,
+        plan=PLAN,
+        dry=DRY_LAUNCH,
+        hooks=(Hook(Ref(_TUNER, "run_exp"), Ref("llamafactory_rocm.train.hook", "wrap_run_exp"), required=True),),
         record="output_dir",
     ),
     Command(
         "export",
-        cli=f"{_TUNER}:export_model",
-        rules="EXPORT_CHAIN",
-        judged_through=f"{_TUNER}:export_model",
-        hooks=(Hook(f"{_TUNER}:export_model", "llamafactory_rocm.train.after:wrap_export_model"),),
+        cli=Ref(_TUNER, "export_model"),
+        rules=EXPORT,
+        judged_through=Ref(_TUNER, "export_model"),
+        hooks=(Hook(Ref(_TUNER, "export_model"), Ref("llamafactory_rocm.train.after", "wrap_export_model")),),
         record="export_dir",
         **_INFER,
     ),
-    _serving("chat", "llamafactory.chat.chat_model:run_chat", "run_chat"),
-    _serving("api", "llamafactory.api.app:run_api", "run_api", exposed=True),
-    _serving("webchat", "llamafactory.webui.interface:run_web_demo", "create_web_demo", "run_web_demo", exposed=True),
+    _serving("chat", Ref("llamafactory.chat.chat_model", "run_chat"), "run_chat"),
+    _serving(
+        "api",
+        Ref("llamafactory.api.app", "run_api"),
+        "run_api",
+        guarded_imports=GuardedImports("llamafactory.api.app", first_use="FastAPI"),
+        exposure=Exposure("api", "the API"),
+    ),
+    _serving(
+        "webchat",
+        Ref(_GRADIO_INTERFACE, "run_web_demo"),
+        "create_web_demo",
+        "run_web_demo",
+        guarded_imports=GuardedImports(_GRADIO_INTERFACE, first_use="gr"),
+        exposure=Exposure("gradio", "webchat"),
+    ),
     Command(
         "eval",
         cli=None,
-        parser=f"{_PARSER}:get_eval_args",
-        parser_args=f"{_PARSER}:_EVAL_ARGS",
-        rules="EVAL_CHAIN",
+        parser=Ref(_PARSER, "get_eval_args"),
+        parser_args=Ref(_PARSER, "_EVAL_ARGS"),
+        rules=EVAL,
         not_run="`llamafactory-cli eval` raises NotImplementedError in LLaMA-Factory 0.9.5 and main",
-    ),
-    # LlamaBoard reads no config: its runs come back through the hooks above (run_exp, export_model, ChatModel).
-    Command(
-        "webui",
-        cli="llamafactory.webui.interface:run_web_ui",
-        hooks=(
-            Hook("llamafactory.webui.interface:run_web_ui", _EXPOSURE),
-            # The page's own process (train/board.py): the final train log read after the run; the hook's
-            # lines of the export and chat tabs, which run in it, in their boxes.
-            Hook("llamafactory.webui.runner:Runner.monitor", "llamafactory_rocm.train.board:final_log_reread"),
-            Hook("llamafactory.webui.components.export:save_model", "llamafactory_rocm.train.board:page_handler"),
-            Hook("llamafactory.webui.chatter:WebChatModel.load_model", "llamafactory_rocm.train.board:page_handler"),
-        ),
     ),
 )
 _BY_NAME = {command.name: command for command in REGISTRY}
@@ -172,34 +274,19 @@ def checked_entry(command: str) -> Command:
     return entry
 
 
-def resolve(name: str) -> Any:
-    """``"module:qualified.name"`` imported and looked up (``llamafactory.*`` as text-only as the check
-    imports it: lf/text_only.py)."""
-    module_name, _, qualname = name.partition(":")
-    if module_name.startswith("llamafactory."):
-        from .text_only import text_only_llamafactory
-
-        with text_only_llamafactory():
-            found = importlib.import_module(module_name)
-    else:
-        found = importlib.import_module(module_name)
-    for part in qualname.split("."):
-        found = getattr(found, part)
-    return found
-
-
-def hooked_modules() -> dict[str, tuple[tuple[str, str, str, bool], ...]]:
+def hooked_modules() -> dict[str, tuple[tuple[str, Ref, str, bool], ...]]:
     """For ``_startup``: each LLaMA-Factory module to patch, with (qualified name, wrapper, command,
     required) for each function in it, in registry order; a function shared by commands once, for the first."""
-    found: dict[str, list[tuple[str, str, str, bool]]] = {}
+    found: dict[str, list[tuple[str, Ref, str, bool]]] = {}
     seen: set[str] = set()
     for command in REGISTRY:
         for hook in command.hooks:
             if hook.target in seen:
                 continue
             seen.add(hook.target)
-            module, _, qualname = hook.target.partition(":")
-            found.setdefault(module, []).append((qualname, hook.wrapper, command.name, hook.required))
+            found.setdefault(hook.target.module, []).append(
+                (hook.target.name, hook.wrapper, command.name, hook.required)
+            )
     return {module: tuple(hooks) for module, hooks in found.items()}
 
 
@@ -235,7 +322,8 @@ def _parser_module() -> Any:
 
 
 def _dataclasses_of(command: str) -> list[type]:
-    return list(resolve(checked_entry(command).parser_args or ""))
+    parser_args = checked_entry(command).parser_args
+    return list(parser_args.load()) if parser_args is not None else []
 
 
 @cache
@@ -299,10 +387,10 @@ class _ReachedModelLoad(Exception):
 
 
 @contextlib.contextmanager
-def _stop_before_loading(name: str) -> Iterator[Any]:
+def _stop_before_loading(name: Ref) -> Iterator[Any]:
     """LLaMA-Factory's own function ``name`` (an entry's ``judged_through``), stopped at its first load
     (its module's ``load_tokenizer``)."""
-    function = inspect.unwrap(resolve(name))  # the stock function, not the hook's wrapper
+    function = inspect.unwrap(name.load())  # the stock function, not the hook's wrapper
     module = importlib.import_module(function.__module__)
 
     def stop(*_args: Any, **_kwargs: Any) -> None:
@@ -357,13 +445,13 @@ def command_verdict(
     this machine (no ``answers``), the command is then built dry (``lf.dry_load``: the packages the command
     imports, tokenizer, template, the model on the meta device with its adapters, export_dir, one generation
     up to the first forward), and its first refusal is the verdict, with the fix in its words.
-    ``load=False`` is the parser alone, for a caller that reports ``lf.dry_load.dry_load_findings`` itself.
+    ``load=False`` is the parser alone, for a caller that reports the dry build's findings itself (check/run.py).
     """
     entry = checked_entry(command)
     args = dict(config)
     if answers is not None and "deepspeed" in command_keys(command):
         args.pop("deepspeed", None)  # its JSON is read on the target (lf/verdict.py)
-    parse = None if entry.judged_through else resolve(entry.parser or "")
+    parse = None if entry.judged_through or entry.parser is None else entry.parser.load()
     parsed = None
     with _restored_environ(), _quiet(), device_answers_patched(answers), _planned_backends(answers is not None):
         try:
@@ -377,10 +465,8 @@ def command_verdict(
         except Exception as exc:
             text = " ".join(str(exc).split()) or type(exc).__name__
             return Verdict(False, text, type(exc).__name__)
-    if load and answers is None and entry.dry == "load":
-        from .dry_load import dry_load
-
-        refused = [f for f in dry_load(config, command).findings if f.level.value == "error"]
+    if load and answers is None and entry.dry == DRY_LOAD:
+        refused = [f for f in DRY_LOAD.load()(config, command).findings if f.level.value == "error"]
         if refused:
             first = refused[0]
             return Verdict(False, f"{first.message} What to do: {first.fix}", first.code)
@@ -454,10 +540,19 @@ def lf_field_default(name: str) -> Any:
 
 
 __all__ = [
+    "CHAT",
     "COMMANDS",
+    "EVAL",
+    "EXPORT",
+    "PLAN",
     "REGISTRY",
+    "TRAIN",
+    "Chain",
     "Command",
+    "Exposure",
+    "GuardedImports",
     "Hook",
+    "Ref",
     "backend_requirements",
     "caller_commands",
     "checked_entry",
@@ -469,6 +564,5 @@ __all__ = [
     "lf_field_default",
     "predict_requirements",
     "record_folder",
-    "resolve",
     "unknown_keys",
 ]

@@ -36,16 +36,13 @@ from pathlib import Path
 from typing import Any
 
 from ..findings import Finding, Level
+from .commands import command_entry
 from .dry_parts import DryRun, _hub_offline, _meta_limitation, _words, reachable
 from .text_only import text_only_llamafactory
 from .verdict import _quiet, _restored_environ
 
-# The LLaMA-Factory module each command runs, whose guarded imports (``if is_fastapi_available(): from
-# fastapi import ...``) it then uses unguarded: api/app.py's create_app calls FastAPI, run_api uvicorn.run;
-# webui/interface.py's create_web_demo opens gr.Blocks (docs/after-training.md#t10).
-COMMAND_MODULES: dict[str, str] = {"api": "llamafactory.api.app", "webchat": "llamafactory.webui.interface"}
-# The name each module uses first, unguarded: api/app.py create_app's FastAPI(...), webui/interface.py's gr.Blocks.
-FIRST_USE: dict[str, str] = {"api": "FastAPI", "webchat": "gr"}
+# The LLaMA-Factory module each command runs whose guarded imports it then uses unguarded, and the name it
+# uses first: its entry's ``guarded_imports`` (lf/commands.py REGISTRY; docs/after-training.md#t10).
 # pyproject.toml's optional dependency group that installs them.
 EXTRA = "webui"
 # The message the dry chat prepares a generation for: the shortest prompt the template makes.
@@ -66,9 +63,10 @@ class CommandPackage:
 def command_packages(command: str) -> tuple[CommandPackage, ...]:
     """The packages ``command``'s LLaMA-Factory module imports behind ``is_*_available()``, each as that
     function answers here. The import name is the one it passes to ``_is_package_available`` (recorded)."""
-    name = COMMAND_MODULES.get(command)
-    if name is None:
+    guarded = command_entry(command).guarded_imports
+    if guarded is None:
         return ()
+    name = guarded.module
     with text_only_llamafactory():
         module = importlib.import_module(name)
         from llamafactory.extras import packages
@@ -98,12 +96,13 @@ def command_packages(command: str) -> tuple[CommandPackage, ...]:
 def package_findings(command: str, *, planned: bool = False) -> list[Finding]:
     """One finding naming the packages ``command`` imports that are missing here (an error), or, planning
     for another machine, that its environment must have (info)."""
+    guarded = command_entry(command).guarded_imports
     missing = [p for p in command_packages(command) if not p.available]
-    if not missing:
+    if guarded is None or not missing:
         return []
     names = ", ".join(p.distribution for p in missing)
     install = f'pip install -e ".[{EXTRA}]" (or: pip install {" ".join(p.distribution for p in missing)})'
-    where = COMMAND_MODULES[command].replace(".", "/") + ".py"
+    where = guarded.module.replace(".", "/") + ".py"
     if planned:
         return [
             Finding(
@@ -121,7 +120,7 @@ def package_findings(command: str, *, planned: bool = False) -> list[Finding]:
             code="COMMAND_PACKAGES_MISSING",
             level=Level.ERROR,
             message=f"llamafactory-cli {command} needs {names}, not installed here ({functions} in {where} "
-            f"answer False): it stops with a NameError where it first uses them (name '{FIRST_USE[command]}' is "
+            f"answer False): it stops with a NameError where it first uses them (name '{guarded.first_use}' is "
             "not defined).",
             fix_as="here",
             fix_with={"install": install},
@@ -522,7 +521,6 @@ def dry_load_findings(config: Mapping[str, Any], command: str, *, planned: bool 
 
 
 __all__ = [
-    "COMMAND_MODULES",
     "CommandPackage",
     "command_packages",
     "dry_load",

@@ -26,10 +26,10 @@ from functools import wraps
 from typing import Any
 
 from ..findings import Finding, Level
+from .commands import REGISTRY, command_entry
 
-# The LLaMA-Factory commands each finding is about; webui and webchat share the gradio variables.
-GRADIO_COMMANDS = ("webui", "webchat")
-API_COMMANDS = ("api",)
+# Which commands start which server, and how the line names each: their entries' ``exposure`` (lf/commands.py
+# REGISTRY); webui and webchat share the gradio variables.
 GRADIO_PORT = "7860"  # gradio's default when GRADIO_SERVER_PORT is unset (gradio/networking.py)
 API_PORT = "8000"  # run_api: int(os.getenv("API_PORT", "8000"))
 
@@ -89,9 +89,6 @@ def _where(host: str) -> str:
     return f"{host} (every interface)" if every else host
 
 
-NAMES = {"webui": "LlamaBoard", "webchat": "webchat", "api": "the API"}
-
-
 def gradio_finding(environ: Mapping[str, str], name: str = "LlamaBoard/webchat") -> Finding | None:
     """LLAMABOARD_EXPOSED when LlamaBoard/webchat would be reachable beyond this machine (never a password)."""
     host, share = gradio_server(environ)
@@ -134,15 +131,18 @@ def api_finding(environ: Mapping[str, str]) -> Finding | None:
 
 
 def exposure_findings(
-    environ: Mapping[str, str] | None = None, commands: tuple[str, ...] = (*GRADIO_COMMANDS, *API_COMMANDS)
+    environ: Mapping[str, str] | None = None, commands: tuple[str, ...] | None = None
 ) -> list[Finding]:
-    """What ``commands`` would expose if started with ``environ`` (default: this process's); for ``doctor``."""
+    """What ``commands`` (default: every command that starts a server) would expose if started with
+    ``environ`` (default: this process's); for ``doctor``."""
     env = os.environ if environ is None else environ
+    names = [e.name for e in REGISTRY if e.exposure is not None] if commands is None else commands
+    servers = [exposure for exposure in (command_entry(name).exposure for name in names) if exposure is not None]
     found = []
-    gradio = [NAMES[c] for c in commands if c in GRADIO_COMMANDS]
+    gradio = [exposure.label for exposure in servers if exposure.server == "gradio"]
     if gradio:
         found.append(gradio_finding(env, "/".join(gradio)))
-    if set(commands) & set(API_COMMANDS):
+    if any(exposure.server == "api" for exposure in servers):
         found.append(api_finding(env))
     return [f for f in found if f is not None]
 

@@ -1,25 +1,30 @@
-"""The rule chain: every rule, in the order they run, and ``resolve`` to run them.
+"""The rule chains: every rule, in the order they run, and ``resolve`` to run them.
+
+A rule declares the chains it belongs to where it is written (``@rule(TRAIN, CHAT, ...)``, rules/base.py),
+naming the ``Chain`` objects that the commands' entries hold (lf/commands.py ``REGISTRY``); ``chain_rules``
+lists a chain's rules in the order of ``MODULES`` below, and within a module in the order they are written.
 
 Order matters only where one rule's output is another's input: blog-style keys are translated
 before unknown keys are refused and before the precision rules read ``fp16``/``bf16``.
 
-``rules_for(command)`` is the chain each LLaMA-Factory command's entry names (``lf/commands.py``
-``REGISTRY``, its ``rules``: a chain's name below): ``train`` runs
-``RULES`` and the prediction rules (``predict_with_generate`` is a training key); ``export``, ``chat``,
-``api``, ``webchat`` and ``eval`` run the machine rules that concern loading a model on the device, then
-their own (rules/export.py, rules/serving.py, rules/adapter.py; docs/after-training.md). An export on
-the CPU (``export_device: cpu``, LLaMA-Factory's default) uses no GPU: the device rules step aside there.
+``rules_for(command)`` is the chain its entry holds: ``train`` runs ``TRAIN`` (``predict_with_generate`` is a
+training key, so the prediction rules are in it), then, after its launch ran dry, ``PLAN`` (``plan_for``: the
+world and the memory, on what the dry run found); ``export``, ``chat``, ``api``, ``webchat`` and ``eval`` run
+the machine rules that concern loading a model on the device, then their own (rules/export.py,
+rules/serving.py, rules/adapter.py; docs/after-training.md). An export on the CPU (``export_device: cpu``,
+LLaMA-Factory's default) uses no GPU: the device rules join the export chain as ``EXPORT_ON_GPU`` and step
+aside there.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 from ..findings import Finding, has_errors
-from ..lf.commands import checked_entry
+from ..lf.commands import CHAT, EVAL, EXPORT, PLAN, TRAIN, Chain, checked_entry
 from . import (
     adapter,
     blog_keys,
@@ -40,108 +45,83 @@ from . import (
     world,
 )
 from . import export as export_rules
-from .base import Config, Context, Env, Rule, Step, Target, lf_value, unchanged
+from .base import RULE_CHAINS, Config, Context, Env, OnlyWhere, Rule, Step, Target, rule
 
-# The machine as training and every other command meet it: the planned target, the torch build and its
-# kernels, the visible devices, the ROCm install (in RULES and in _DEVICE_RULES below).
-_MACHINE_RULES: tuple[Rule, ...] = (
-    target.check_target,
-    torch_build.require_rocm_torch,
-    torch_build.require_kernels_for_devices,
-    torch_build.check_hsa_override,
-    visibility.integrated_gpu_visible,
-    visibility.visibility_conflict,
-    environment.rocm_version_mismatch,
+# The rule modules in the order their rules run, in every chain: blog-style keys first, then the values, the
+# export's own refusals, the machine (the planned target, the torch build and its kernels, the visible
+# devices, the ROCm install), the training environment and precision, the packages, the outputs, the world and
+# memory, and the serving and adapter rules last.
+MODULES: tuple[ModuleType, ...] = (
+    blog_keys,
+    values,
+    export_rules,
+    target,
+    torch_build,
+    visibility,
+    environment,
+    rocm_arch_env,
+    precision,
+    kernels,
+    packages,
+    outputs,
+    multi_gpu,
+    world,
+    memory_fit,
+    predict,
+    serving,
+    adapter,
 )
 
-RULES: tuple[Rule, ...] = (
-    blog_keys.rewrite_compute_dtype,
-    blog_keys.drop_backend,
-    blog_keys.refuse_unknown_keys,
-    values.refuse_unconvertible_values,
-    *_MACHINE_RULES,
-    environment.jit_toolchain,
-    environment.wsl2,
-    environment.page_fault_workaround,
-    rocm_arch_env.check_pytorch_rocm_arch,
-    precision.prefer_bf16,
-    precision.bf16_on_cpu_needs_use_cpu,
-    precision.warn_bf16_without_matrix_units,
-    precision.pure_bf16_only_where_real,
-    precision.one_half_precision,
-    kernels.drop_tf32,
-    kernels.flash_attn_where_supported,
-    kernels.sdpa_kernel_notice,
-    kernels.bitsandbytes_for_qlora,
-    packages.require_packages,
-    outputs.protect_existing_checkpoints,
-    outputs.plot_the_loss,
-    multi_gpu.multi_gpu_notices,
-    world.world_rules,
-    memory_fit.memory_fit,
-)
-
-# The plan: what the run spans and whether it fits. check/run.py runs these once, after LLaMA-Factory's launch
-# ran dry, with what it found (the rows it trains on); they read the config and rewrite nothing.
-PLAN_RULES: tuple[Rule, ...] = (world.world_rules, memory_fit.memory_fit)
-
-# Loading a model onto this machine's device, whatever the command: the torch build, its kernels, the
-# visible devices, the ROCm install, the attention kernels, bitsandbytes for a quantized load. Not
-# PYTORCH_ROCM_ARCH (rules/rocm_arch_env.py): it is for extensions built at a training launch.
-_DEVICE_RULES: tuple[Rule, ...] = (
-    *_MACHINE_RULES,
-    environment.wsl2,
-    kernels.flash_attn_where_supported,
-    kernels.bitsandbytes_for_qlora,
-)
+_GATED: dict[tuple[int, Rule], Rule] = {}  # one gated function a rule and gate: a chain's rules stay the same objects
 
 
-def _on_export_device(rule: Rule) -> Rule:
-    """``rule`` only where the export loads onto the GPUs (``export_device: auto``; docs/after-training.md#t2)."""
-
-    @functools.wraps(rule)
-    def gated(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
-        if str(lf_value(config, "export_device", "cpu")).strip().lower() != "auto":
-            return unchanged(config, env)
-        return rule(config, env, ctx)
-
-    return gated
+def _in_chain(function: Rule, chain: Chain) -> Rule | None:
+    """``function`` as ``chain`` runs it (gated where it joined it ``OnlyWhere``), None where it is not in it."""
+    for declared in getattr(function, RULE_CHAINS, ()):
+        if declared is chain:
+            return function
+        if isinstance(declared, OnlyWhere) and declared.chain is chain:
+            return _GATED.setdefault((id(declared), function), declared.gated(function))
+    return None
 
 
-TRAIN_RULES: tuple[Rule, ...] = (*RULES, *predict.PREDICT_RULES)
-EXPORT_CHAIN: tuple[Rule, ...] = (
-    values.refuse_unconvertible_values,
-    *export_rules.EXPORT_RULES,
-    *(_on_export_device(rule) for rule in _DEVICE_RULES),
-    packages.require_packages,
-    *adapter.ADAPTER_RULES,
-)
-CHAT_CHAIN: tuple[Rule, ...] = (
-    values.refuse_unconvertible_values,
-    *_DEVICE_RULES,
-    packages.require_packages,
-    *serving.CHAT_RULES,
-    *adapter.ADAPTER_RULES,
-)
-EVAL_CHAIN: tuple[Rule, ...] = (
-    values.refuse_unconvertible_values,
-    *_DEVICE_RULES,
-    packages.require_packages,
-    serving.infer_bf16_emulated,
-    *adapter.ADAPTER_RULES,
-)
-# The chains an entry of lf/commands.py's REGISTRY can name.
-CHAINS: dict[str, tuple[Rule, ...]] = {
-    "TRAIN_RULES": TRAIN_RULES,
-    "EXPORT_CHAIN": EXPORT_CHAIN,
-    "CHAT_CHAIN": CHAT_CHAIN,
-    "EVAL_CHAIN": EVAL_CHAIN,
-}
+def chain_rules(chain: Chain) -> tuple[Rule, ...]:
+    """The rules that declared themselves in ``chain``, in run order (``MODULES``, then as written)."""
+    found = []
+    for module in MODULES:
+        for function in list(vars(module).values()):
+            if callable(function) and getattr(function, "__module__", None) == module.__name__:
+                member = _in_chain(function, chain)
+                if member is not None:
+                    found.append(member)
+    return tuple(found)
+
+
+def module_rules(module: ModuleType, chain: Chain) -> tuple[Rule, ...]:
+    """The rules ``module`` declared in ``chain``, as written (``serving``'s in ``CHAT``: the chat rules)."""
+    return tuple(r for r in chain_rules(chain) if getattr(r, "__module__", None) == module.__name__)
+
+
+TRAIN_RULES: tuple[Rule, ...] = chain_rules(TRAIN)
+PLAN_RULES: tuple[Rule, ...] = chain_rules(PLAN)
+# Training in one pass, its plan last (``resolve``'s default, for callers without a dry run).
+RULES: tuple[Rule, ...] = (*TRAIN_RULES, *PLAN_RULES)
+EXPORT_CHAIN: tuple[Rule, ...] = chain_rules(EXPORT)
+CHAT_CHAIN: tuple[Rule, ...] = chain_rules(CHAT)
+EVAL_CHAIN: tuple[Rule, ...] = chain_rules(EVAL)
 
 
 def rules_for(command: str) -> tuple[Rule, ...]:
-    """The rules that apply to ``command`` (one of lf.commands.COMMANDS): the chain its entry names."""
-    return CHAINS[checked_entry(command).rules or ""]
+    """The rules that apply to ``command`` (one of lf.commands.COMMANDS): the chain its entry holds."""
+    chain = checked_entry(command).rules
+    return chain_rules(chain) if chain is not None else ()
+
+
+def plan_for(command: str) -> tuple[Rule, ...]:
+    """The rules run after ``command`` was built dry, on what it found (its entry's ``plan``; train's world and
+    memory), none for a command without one."""
+    chain = checked_entry(command).plan
+    return chain_rules(chain) if chain is not None else ()
 
 
 @dataclass(frozen=True)
@@ -163,11 +143,25 @@ def resolve(
     modified. ``rules_for(command)`` gives the chain of another command."""
     state = Step(dict(config), dict(env))
     findings: list[Finding] = list(ctx.extra_findings)
-    for rule in RULES if rules is None else rules:
-        state = rule(state.config, state.env, ctx)
+    for each in RULES if rules is None else rules:
+        state = each(state.config, state.env, ctx)
         findings.extend(state.findings)
     changes = {k: v for k, v in state.env.items() if env.get(k) != v}
     return Resolution(state.config, state.env, changes, findings)
 
 
-__all__ = ["CHAINS", "PLAN_RULES", "RULES", "TRAIN_RULES", "Context", "Resolution", "Target", "resolve", "rules_for"]
+__all__ = [
+    "MODULES",
+    "PLAN_RULES",
+    "RULES",
+    "TRAIN_RULES",
+    "Context",
+    "Resolution",
+    "Target",
+    "chain_rules",
+    "module_rules",
+    "plan_for",
+    "resolve",
+    "rule",
+    "rules_for",
+]

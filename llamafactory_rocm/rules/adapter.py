@@ -14,7 +14,8 @@ from typing import Any
 
 from ..findings import Finding, Level
 from ..lf.adapters import ADAPTER_CONFIG, adapter_paths, read_adapter_config
-from .base import Context, Rule, Step, unchanged
+from ..lf.commands import CHAT, EVAL, EXPORT
+from .base import Context, Step, rule, unchanged
 
 
 def _normalised(name: str) -> str:
@@ -38,6 +39,7 @@ def same_model(a: str, b: str) -> bool:
     return Path(na).name.lower() == Path(nb).name.lower()
 
 
+@rule(EXPORT, CHAT, EVAL)
 def adapter_base_mismatch(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     model = config.get("model_name_or_path")
     if not model:
@@ -62,6 +64,4 @@ def adapter_base_mismatch(config: Mapping[str, Any], env: Mapping[str, str], ctx
     return unchanged(config, env, *findings)
 
 
-ADAPTER_RULES: tuple[Rule, ...] = (adapter_base_mismatch,)
-
-__all__ = ["ADAPTER_RULES", "adapter_base_mismatch", "adapter_paths", "read_adapter_config", "same_model"]
+__all__ = ["adapter_base_mismatch", "adapter_paths", "read_adapter_config", "same_model"]

@@ -7,11 +7,13 @@ and returns a new config/env plus its findings. It never touches the machine or 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..findings import Finding
+from ..lf.commands import EXPORT, Chain
 from ..machine.catalogue import ArchInfo, Catalogue
 from ..machine.snapshot import Device, Snapshot
 
@@ -86,6 +88,46 @@ class Step:
 
 
 Rule = Callable[[Mapping[str, Any], Mapping[str, str], Context], Step]
+
+
+@dataclass(frozen=True)
+class OnlyWhere:
+    """A chain a rule joins only where ``applies(config)``: elsewhere it leaves the config as it is."""
+
+    chain: Chain
+    applies: Callable[[Mapping[str, Any]], bool]
+
+    def gated(self, rule: Rule) -> Rule:
+        @functools.wraps(rule)
+        def gated(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
+            if not self.applies(config):
+                return unchanged(config, env)
+            return rule(config, env, ctx)
+
+        return gated
+
+
+def _export_loads_on_the_gpus(config: Mapping[str, Any]) -> bool:
+    """``export_device: auto`` (docs/after-training.md#t2); LLaMA-Factory's default ``cpu`` uses no GPU."""
+    return str(lf_value(config, "export_device", "cpu")).strip().lower() == "auto"
+
+
+# The device rules in the export chain: only where the export loads onto the GPUs.
+EXPORT_ON_GPU = OnlyWhere(EXPORT, _export_loads_on_the_gpus)
+
+RULE_CHAINS = "__rule_chains__"  # the attribute ``rule`` sets: the chains a rule declared
+
+
+def rule(*chains: Chain | OnlyWhere) -> Callable[[Rule], Rule]:
+    """Declare the function below a rule of ``chains`` (lf/commands.py's ``Chain`` objects, which the commands'
+    entries hold). rules/__init__.py lists each chain's rules in the order of its module list, and within a
+    module in the order they are written; the function itself is returned unchanged."""
+
+    def declare(function: Rule) -> Rule:
+        setattr(function, RULE_CHAINS, chains)
+        return function
+
+    return declare
 
 
 def unchanged(config: Mapping[str, Any], env: Mapping[str, str], *findings: Finding) -> Step:

@@ -13,7 +13,8 @@ from functools import cache
 from typing import Any
 
 from ..findings import Finding, Level
-from .base import Context, Step, unchanged
+from ..lf.commands import TRAIN
+from .base import Context, Step, rule, unchanged
 
 _DTYPE_TO_FLAGS = {
     "bfloat16": (True, False),
@@ -67,6 +68,7 @@ _HINTS = {
 }
 
 
+@rule(TRAIN)
 def rewrite_compute_dtype(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     if "compute_dtype" not in config:
         return unchanged(config, env)
@@ -108,6 +110,7 @@ def rewrite_compute_dtype(config: Mapping[str, Any], env: Mapping[str, str], ctx
     )
 
 
+@rule(TRAIN)
 def drop_backend(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     if "backend" not in config:
         return unchanged(config, env)
@@ -193,6 +196,7 @@ def generation_keys() -> frozenset[str]:
 _TRANSLATED = frozenset({"compute_dtype", "backend"})
 
 
+@rule(TRAIN)
 def refuse_unknown_keys(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     unknown = sorted(k for k in config if k not in ctx.known_keys and k not in _TRANSLATED)
     if not unknown:

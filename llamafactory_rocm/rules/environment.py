@@ -10,7 +10,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..findings import Finding, Level
-from .base import Context, Step, lf_value, truthy, unchanged
+from ..lf.commands import CHAT, EVAL, TRAIN
+from .base import EXPORT_ON_GPU, Context, Step, lf_value, rule, truthy, unchanged
 from .kernels import version_tuple
 from .world import deepspeed_json
 
@@ -20,44 +21,6 @@ NO_CACHING = "PYTORCH_NO_HIP_MEMORY_CACHING"
 def _adapter_training(config: Mapping[str, Any]) -> bool:
     """LoRA/QLoRA (LLaMA-Factory's default finetuning_type is lora): where the faults were reported."""
     return str(lf_value(config, "finetuning_type", "lora")).lower() in {"lora", "oft"}
-
-
-def page_fault_workaround(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
-    # The archs and the first ROCm that faults are the catalogue's hip_page_faults facts (N7, N8).
-    faults = {arch: info for arch, info in ctx.arch_infos() if info is not None and info.hip_page_faults}
-    if not ctx.rocm or not faults or env.get(NO_CACHING) == "1" or not _adapter_training(config):
-        return unchanged(config, env)
-    gemm = [arch for arch, info in faults.items() if info.hip_page_faults == "lora_backward_gemm"]
-    access = [arch for arch, info in faults.items() if info.hip_page_faults == "memory_access"]
-    hip = version_tuple(ctx.snapshot.torch.hip or "")
-    first = [version_tuple(faults[arch].hip_page_faults_from_rocm or "0") for arch in gemm]
-    if gemm and not access and hip and all(hip < since for since in first):
-        return unchanged(config, env)  # the faulting hipBLASLt load is used from that ROCm on (N7)
-    what = []
-    if gemm:
-        since = faults[gemm[0]].hip_page_faults_from_rocm or "?"
-        what.append(
-            f"{'/'.join(gemm)}: deterministic [gfxhub] page faults in LoRA's backward GEMMs on ROCm {since} and "
-            "later (hipBLASLt reading past a narrow operand; fixed in ROCm/rocm-libraries PR #8909, release "
-            f"unsettled), avoided with {NO_CACHING}=1 (ROCm/legacy-rocm-build#6647, #6600)"
-        )
-    if access:
-        what.append(
-            f"{'/'.join(access)} (Strix Halo): memory access faults are reported at model load and on the first "
-            f"tensor (ROCm/legacy-rocm-build#6182, #5824); whether {NO_CACHING}=1 helps there is not established"
-        )
-    return unchanged(
-        config,
-        env,
-        Finding(
-            code="HIP_PAGE_FAULT_RISK",
-            level=Level.WARNING,
-            key=NO_CACHING,
-            new="1",
-            message="; ".join(what) + ".",
-            fix_as="gemm_fault" if gemm else "access_fault_only",
-        ),
-    )
 
 
 # The op DeepSpeed's engine builds for an optimizer (deepspeed/runtime/engine.py _configure_basic_optimizer:
@@ -107,6 +70,7 @@ def hip_and_rocm_majors_differ(hip: str, system: str) -> bool | None:
     return None
 
 
+@rule(TRAIN, EXPORT_ON_GPU, CHAT, EVAL)
 def rocm_version_mismatch(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     host = ctx.snapshot.host
     system = host.system_rocm
@@ -140,6 +104,7 @@ def rocm_version_mismatch(config: Mapping[str, Any], env: Mapping[str, str], ctx
     )
 
 
+@rule(TRAIN)
 def jit_toolchain(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     if not ctx.rocm:
         return unchanged(config, env)
@@ -164,6 +129,7 @@ def jit_toolchain(config: Mapping[str, Any], env: Mapping[str, str], ctx: Contex
     )
 
 
+@rule(TRAIN, EXPORT_ON_GPU, CHAT, EVAL)
 def wsl2(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     access = ctx.snapshot.access
     if not (ctx.rocm and access.dxg_exists and not access.kfd_exists):
@@ -181,5 +147,44 @@ def wsl2(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Ste
             message="WSL2: the GPU is reached through /dev/dxg, not /dev/kfd; KFD topology and the "
             f"render/video groups do not apply here.{extra}",
             fix_as="runtime_before_7_13" if old_runtime else "runtime_7_13_or_later",
+        ),
+    )
+
+
+@rule(TRAIN)
+def page_fault_workaround(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
+    # The archs and the first ROCm that faults are the catalogue's hip_page_faults facts (N7, N8).
+    faults = {arch: info for arch, info in ctx.arch_infos() if info is not None and info.hip_page_faults}
+    if not ctx.rocm or not faults or env.get(NO_CACHING) == "1" or not _adapter_training(config):
+        return unchanged(config, env)
+    gemm = [arch for arch, info in faults.items() if info.hip_page_faults == "lora_backward_gemm"]
+    access = [arch for arch, info in faults.items() if info.hip_page_faults == "memory_access"]
+    hip = version_tuple(ctx.snapshot.torch.hip or "")
+    first = [version_tuple(faults[arch].hip_page_faults_from_rocm or "0") for arch in gemm]
+    if gemm and not access and hip and all(hip < since for since in first):
+        return unchanged(config, env)  # the faulting hipBLASLt load is used from that ROCm on (N7)
+    what = []
+    if gemm:
+        since = faults[gemm[0]].hip_page_faults_from_rocm or "?"
+        what.append(
+            f"{'/'.join(gemm)}: deterministic [gfxhub] page faults in LoRA's backward GEMMs on ROCm {since} and "
+            "later (hipBLASLt reading past a narrow operand; fixed in ROCm/rocm-libraries PR #8909, release "
+            f"unsettled), avoided with {NO_CACHING}=1 (ROCm/legacy-rocm-build#6647, #6600)"
+        )
+    if access:
+        what.append(
+            f"{'/'.join(access)} (Strix Halo): memory access faults are reported at model load and on the first "
+            f"tensor (ROCm/legacy-rocm-build#6182, #5824); whether {NO_CACHING}=1 helps there is not established"
+        )
+    return unchanged(
+        config,
+        env,
+        Finding(
+            code="HIP_PAGE_FAULT_RISK",
+            level=Level.WARNING,
+            key=NO_CACHING,
+            new="1",
+            message="; ".join(what) + ".",
+            fix_as="gemm_fault" if gemm else "access_fault_only",
         ),
     )

@@ -10,8 +10,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..findings import Finding, Level
+from ..lf.commands import EXPORT
 from ..lf.memory import GIB, UNESTIMABLE, checkpoint_weight_bytes, model_config_for, shape_and_count
-from .base import Context, Rule, Step, lf_value, unchanged
+from .base import Context, Step, lf_value, rule, unchanged
 from .memory_fit import BUDGET
 
 # Bytes per parameter of an explicit infer_dtype. export_model (llamafactory/train/tuner.py) loads the model
@@ -36,6 +37,7 @@ def _model_config(config: Mapping[str, Any], ctx: Context) -> Mapping[str, Any] 
     return model_config_for(str(name)) if name else None
 
 
+@rule(EXPORT)
 def refuse_merge_into_quantized(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     """export_model loads the model first, then stops: "Cannot merge adapters to a quantized model."
 
@@ -71,6 +73,7 @@ def refuse_merge_into_quantized(config: Mapping[str, Any], env: Mapping[str, str
     )
 
 
+@rule(EXPORT)
 def export_memory(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     """``export_device: auto`` loads the model onto the GPUs (device_map "auto"); CPU is LLaMA-Factory's default.
 
@@ -116,6 +119,4 @@ def export_memory(config: Mapping[str, Any], env: Mapping[str, str], ctx: Contex
     )
 
 
-EXPORT_RULES: tuple[Rule, ...] = (refuse_merge_into_quantized, export_memory)
-
-__all__ = ["EXPORT_RULES", "export_memory", "refuse_merge_into_quantized"]
+__all__ = ["export_memory", "refuse_merge_into_quantized"]

@@ -9,7 +9,8 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from ..findings import Finding, Level
-from .base import Context, Step, lf_value, truthy, unchanged
+from ..lf.commands import CHAT, EVAL, TRAIN
+from .base import EXPORT_ON_GPU, Context, Step, lf_value, rule, truthy, unchanged
 from .packages import quantizes_with_bitsandbytes
 
 
@@ -40,6 +41,7 @@ def tf32_available_here(ctx: Context) -> bool:
     return ctx.snapshot.torch.kind == "cuda"
 
 
+@rule(TRAIN)
 def drop_tf32(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     if "tf32" not in config or not truthy(config["tf32"]) or tf32_available_here(ctx):
         return unchanged(config, env)
@@ -87,6 +89,7 @@ def flash_attn_gap(ctx: Context, env: Mapping[str, str]) -> str | None:
     return None
 
 
+@rule(TRAIN, EXPORT_ON_GPU, CHAT, EVAL)
 def flash_attn_where_supported(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     if str(config.get("flash_attn", "")).lower() != "fa2":
         return unchanged(config, env)
@@ -115,6 +118,7 @@ def flash_attn_where_supported(config: Mapping[str, Any], env: Mapping[str, str]
     )
 
 
+@rule(TRAIN)
 def sdpa_kernel_notice(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     """SDPA on ROCm uses AOTriton kernels only on some archs; elsewhere it falls back to math."""
     if not ctx.rocm or str(lf_value(config, "flash_attn", "auto")).lower() in {"disabled", "fa2", "fa3"}:
@@ -146,6 +150,7 @@ def sdpa_kernel_notice(config: Mapping[str, Any], env: Mapping[str, str], ctx: C
     return unchanged(config, env, *findings)
 
 
+@rule(TRAIN, EXPORT_ON_GPU, CHAT, EVAL)
 def bitsandbytes_for_qlora(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     bits = config.get("quantization_bit")
     if not ctx.rocm or not quantizes_with_bitsandbytes(config, ctx.model_config):

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..findings import Finding, Level
+from ..lf.commands import PLAN
 from ..lf.memory import (
     UNESTIMABLE,
     Estimate,
@@ -25,7 +26,7 @@ from ..lf.memory import (
     shape_and_count,
 )
 from ..machine.snapshot import Device
-from .base import Context, Step, lf_value, truthy, unchanged
+from .base import Context, Step, lf_value, rule, truthy, unchanged
 from .world import world_size
 
 BUDGET = 0.9
@@ -108,6 +109,7 @@ def estimate_numbers(config: Mapping[str, Any], env: Mapping[str, str], ctx: Con
     }
 
 
+@rule(PLAN)
 def memory_fit(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     plan = _plan(config, env, ctx)
     if plan is None:
@@ -296,8 +298,8 @@ def refused_change(config: Mapping[str, Any], keys: Mapping[str, Any], ctx: Cont
 
     def errors(candidate: Mapping[str, Any]) -> set[str]:
         codes: set[str] = set()
-        for rule in (require_packages, bitsandbytes_for_qlora):
-            codes |= {f.code for f in rule(candidate, {}, ctx).findings if f.level is Level.ERROR}
+        for each in (require_packages, bitsandbytes_for_qlora):
+            codes |= {f.code for f in each(candidate, {}, ctx).findings if f.level is Level.ERROR}
         return codes
 
     return sorted(errors({**config, **keys}) - errors(config))

@@ -7,10 +7,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..findings import Finding, Level
-from .base import Context, Step, env_enabled, unchanged
+from ..lf.commands import TRAIN
+from .base import Context, Step, env_enabled, rule, unchanged
 from .kernels import version_tuple
 
 
+@rule(TRAIN)
 def multi_gpu_notices(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     snap = ctx.snapshot
     count = len(snap.devices)

@@ -14,10 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from ..findings import Finding, Level
+from ..lf.commands import TRAIN
 from ..lf.schema import output_dir_of
-from .base import Context, Step, lf_value, truthy, unchanged
+from .base import Context, Step, lf_value, rule, truthy, unchanged
 
 
+@rule(TRAIN)
 def protect_existing_checkpoints(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     if not ctx.existing_outputs:
         return unchanged(config, env)
@@ -102,6 +104,7 @@ def _resumed_from(config: Mapping[str, Any], ctx: Context, output_dir: str) -> P
     return Path(output_dir) / ctx.resume_checkpoint
 
 
+@rule(TRAIN)
 def plot_the_loss(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     """A training run draws LLaMA-Factory's own loss plot (training_loss.png) unless the config says."""
     trains = truthy(config.get("do_train", False))

@@ -17,7 +17,8 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 
 from ..findings import Finding, Level
-from .base import Context, Step, lf_value, unchanged
+from ..lf.commands import CHAT, EVAL, EXPORT, TRAIN
+from .base import Context, Step, lf_value, rule, unchanged
 
 # What each key does with its package, for the message; the requirement itself is LLaMA-Factory's.
 _WHY: dict[str, str] = {
@@ -111,6 +112,7 @@ def _checked_elsewhere(key: str, ctx: Context) -> bool:
     return key == "quantization_bit" and ctx.rocm
 
 
+@rule(TRAIN, EXPORT, CHAT, EVAL)
 def require_packages(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     if ctx.installed is None:
         return unchanged(config, env)

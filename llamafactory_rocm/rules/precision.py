@@ -17,8 +17,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..findings import Finding, Level
+from ..lf.commands import TRAIN
 from ..machine.catalogue import Catalogue
-from .base import Context, Step, truthy, unchanged
+from .base import Context, Step, rule, truthy, unchanged
 
 
 def _bf16_verdict(ctx: Context) -> tuple[str, str]:
@@ -58,6 +59,7 @@ def both_half_precisions(config: Mapping[str, Any]) -> bool:
     return truthy(config.get("fp16", False)) and truthy(config.get("bf16", False))
 
 
+@rule(TRAIN)
 def prefer_bf16(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     if not truthy(config.get("fp16", False)) or both_half_precisions(config):
         return unchanged(config, env)
@@ -111,6 +113,7 @@ def prefer_bf16(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context)
     )
 
 
+@rule(TRAIN)
 def bf16_on_cpu_needs_use_cpu(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     if not (ctx.cpu_only and truthy(config.get("bf16", False)) and not truthy(config.get("use_cpu", False))):
         return unchanged(config, env)
@@ -132,6 +135,7 @@ def bf16_on_cpu_needs_use_cpu(config: Mapping[str, Any], env: Mapping[str, str],
     )
 
 
+@rule(TRAIN)
 def warn_bf16_without_matrix_units(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     if not (ctx.rocm and truthy(config.get("bf16", False))):
         return unchanged(config, env)
@@ -150,6 +154,7 @@ def warn_bf16_without_matrix_units(config: Mapping[str, Any], env: Mapping[str, 
     )
 
 
+@rule(TRAIN)
 def pure_bf16_only_where_real(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     """pure_bf16 on a card without bf16 matrix units is refused, not quietly turned into fp32 training."""
     if not (ctx.rocm and truthy(config.get("pure_bf16", False))):
@@ -171,6 +176,7 @@ def pure_bf16_only_where_real(config: Mapping[str, Any], env: Mapping[str, str],
     )
 
 
+@rule(TRAIN)
 def one_half_precision(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     """fp16 and bf16 both on: transformers refuses it on every machine; say which to keep."""
     if not both_half_precisions(config):

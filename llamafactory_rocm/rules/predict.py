@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..findings import Finding, Level
-from .base import Context, Rule, Step, truthy, unchanged
+from ..lf.commands import TRAIN
+from .base import Context, Step, rule, truthy, unchanged
 
 EXTRA = "eval"  # pyproject.toml's optional dependency group that lists them
 
@@ -22,6 +23,7 @@ def _normalise(name: str) -> str:
     return name.lower().replace("_", "-")
 
 
+@rule(TRAIN)
 def predict_packages(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     if not truthy(config.get("predict_with_generate", False)) or ctx.installed is None:
         return unchanged(config, env)
@@ -55,6 +57,4 @@ def predict_packages(config: Mapping[str, Any], env: Mapping[str, str], ctx: Con
     return unchanged(config, env, finding)
 
 
-PREDICT_RULES: tuple[Rule, ...] = (predict_packages,)
-
-__all__ = ["EXTRA", "PREDICT_RULES", "predict_packages"]
+__all__ = ["EXTRA", "predict_packages"]

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..findings import Finding, Level
+from ..lf.commands import TRAIN
 from ..machine.catalogue import TARGET_ID_RE, Catalogue, base_arch
-from .base import Context, Step, unchanged
+from .base import Context, Step, rule, unchanged
 from .kernels import version_tuple
 
 VAR = "PYTORCH_ROCM_ARCH"
@@ -110,6 +111,7 @@ def _feature_conflicts(good: list[str], ctx: Context) -> list[tuple[str, str, st
     return conflicts
 
 
+@rule(TRAIN)
 def check_pytorch_rocm_arch(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     value = env.get(VAR)
     devices = ctx.snapshot.gpu_base_archs if ctx.rocm else []

@@ -15,7 +15,8 @@ from typing import Any
 
 from ..findings import Finding, Level
 from ..lf.adapters import adapter_paths, read_adapter_config
-from .base import Context, Rule, Step, lf_value, unchanged
+from ..lf.commands import CHAT, EVAL
+from .base import Context, Step, lf_value, rule, unchanged
 
 # vLLM's prebuilt ROCm wheels are built for this Python only (gpu.rocm.inc.md, "Prebuilt Wheels").
 VLLM_ROCM_WHEEL_PYTHON = (3, 12)
@@ -87,6 +88,7 @@ def _arch_findings(backend: str, ctx: Context, why: str, *, code: str) -> list[F
     return findings
 
 
+@rule(CHAT)
 def vllm_on_rocm(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     if _backend(config) != "vllm" or not _on_amd(ctx):
         return unchanged(config, env)
@@ -152,6 +154,7 @@ def vllm_on_rocm(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context
     return unchanged(config, env, *findings)
 
 
+@rule(CHAT)
 def sglang_on_rocm(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     if _backend(config) != "sglang" or not _on_amd(ctx):
         return unchanged(config, env)
@@ -185,6 +188,7 @@ def _max_lora_rank(config: Mapping[str, Any]) -> int | None:
     return int(lf_field_default("vllm_max_lora_rank"))
 
 
+@rule(CHAT)
 def vllm_lora_rank(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     """LLaMA-Factory passes ``vllm_max_lora_rank`` to vLLM as ``max_lora_rank`` (chat/vllm_engine.py);
     vLLM refuses an adapter whose rank is above it ("LoRA rank 64 is greater than max_lora_rank 32")."""
@@ -223,6 +227,7 @@ def vllm_lora_rank(config: Mapping[str, Any], env: Mapping[str, str], ctx: Conte
     return unchanged(config, env, *findings)
 
 
+@rule(CHAT, EVAL)
 def infer_bf16_emulated(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     """``infer_dtype: bfloat16`` where the card has no bf16 matrix units: every matmul is emulated."""
     if str(lf_value(config, "infer_dtype", "auto")).lower() != "bfloat16" or not ctx.rocm:
@@ -245,10 +250,7 @@ def infer_bf16_emulated(config: Mapping[str, Any], env: Mapping[str, str], ctx: 
     )
 
 
-CHAT_RULES: tuple[Rule, ...] = (vllm_on_rocm, sglang_on_rocm, vllm_lora_rank, infer_bf16_emulated)
-
 __all__ = [
-    "CHAT_RULES",
     "VLLM_LORA_RANKS",
     "infer_bf16_emulated",
     "sglang_on_rocm",

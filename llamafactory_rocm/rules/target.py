@@ -6,9 +6,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..findings import Finding, Level
-from .base import Context, Step, unchanged
+from ..lf.commands import CHAT, EVAL, TRAIN
+from .base import EXPORT_ON_GPU, Context, Step, rule, unchanged
 
 
+@rule(TRAIN, EXPORT_ON_GPU, CHAT, EVAL)
 def check_target(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     target = ctx.target
     if target is None:

@@ -11,9 +11,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..findings import Finding, Level
-from .base import Context, Step, unchanged
+from ..lf.commands import CHAT, EVAL, TRAIN
+from .base import EXPORT_ON_GPU, Context, Step, rule, unchanged
 
 
+@rule(TRAIN, EXPORT_ON_GPU, CHAT, EVAL)
 def require_rocm_torch(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     snap = ctx.snapshot
     if snap.torch.kind == "missing":
@@ -53,6 +55,7 @@ def require_rocm_torch(config: Mapping[str, Any], env: Mapping[str, str], ctx: C
     return unchanged(config, env)
 
 
+@rule(TRAIN, EXPORT_ON_GPU, CHAT, EVAL)
 def require_kernels_for_devices(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     if not ctx.rocm:
         return unchanged(config, env)
@@ -108,6 +111,7 @@ def _override_examples(ctx: Context) -> str:
     return ", ".join(f"{'/'.join(o.targets)} -> {o.value}" for o in ctx.catalogue.hsa_overrides_in_the_wild)
 
 
+@rule(TRAIN, EXPORT_ON_GPU, CHAT, EVAL)
 def check_hsa_override(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     value = env.get("HSA_OVERRIDE_GFX_VERSION")
     if not value or not (ctx.rocm or ctx.snapshot.kfd_targets):

@@ -23,9 +23,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..findings import Finding, Level
-from .base import Context, Step, unchanged
+from ..lf.commands import CHAT, EVAL, EXPORT, TRAIN
+from .base import Context, Step, rule, unchanged
 
 
+@rule(TRAIN, EXPORT, CHAT, EVAL)
 def refuse_unconvertible_values(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     if ctx.schema is None:
         return unchanged(config, env)

@@ -11,7 +11,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..findings import Finding, Level
-from .base import Context, Step, unchanged
+from ..lf.commands import CHAT, EVAL, TRAIN
+from .base import EXPORT_ON_GPU, Context, Step, rule, unchanged
 
 ROCR, HIP, CUDA = "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"
 
@@ -37,6 +38,7 @@ def hip_value_for(keep: Sequence[int], env: Mapping[str, str]) -> str:
     return ",".join(str(i) for i in keep)
 
 
+@rule(TRAIN, EXPORT_ON_GPU, CHAT, EVAL)
 def integrated_gpu_visible(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     hidden = ctx.integrated_devices
     keep = [d.index for d in ctx.snapshot.devices]
@@ -83,6 +85,7 @@ def _select(pool: list[Any], items: list[str] | None) -> tuple[list[Any], list[s
     return chosen, unknown
 
 
+@rule(TRAIN, EXPORT_ON_GPU, CHAT, EVAL)
 def visibility_conflict(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
     """Two or three visibility variables set and disagreeing: which one applies, what the run sees."""
     if not (ctx.rocm or ctx.snapshot.kfd_targets):

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from ..findings import Finding, Level
+from ..lf.commands import PLAN
 from ..lf.work import optimizer_steps
-from .base import Context, Step, env_enabled, lf_value, unchanged
+from .base import Context, Step, env_enabled, lf_value, rule, unchanged
 from .multi_gpu import iommu_pt_missing
 
 LOOPBACK = ("127.", "localhost", "::1")
@@ -431,9 +432,10 @@ def _ray_on_cpu() -> Finding:
     )
 
 
+@rule(PLAN)
 def world_rules(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Step:
-    """The module's one entry in RULES: batch arithmetic, network, Ray (each also usable alone)."""
+    """The module's one rule, in the plan chain: batch arithmetic, network, Ray (each also usable alone)."""
     findings: list[Finding] = []
-    for rule in (world_batch, network, ray_visible_devices):
-        findings += rule(config, env, ctx).findings
+    for part in (world_batch, network, ray_visible_devices):
+        findings += part(config, env, ctx).findings
     return unchanged(config, env, *findings)
