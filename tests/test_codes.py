@@ -11,7 +11,7 @@ import pytest
 from llamafactory_rocm import presets
 from llamafactory_rocm.check.doctor import diagnose
 from llamafactory_rocm.findings import Finding, Level
-from llamafactory_rocm.findings.registry import declared_codes, load_codes
+from llamafactory_rocm.findings.registry import LEVELS, declared_codes, load_codes
 from llamafactory_rocm.rules import Target, resolve
 from tests.conftest import ALL_SNAPSHOTS, load_snapshot, make_ctx
 
@@ -174,7 +174,7 @@ def test_every_finding_line_names_explain() -> None:
 _FINDING_CALLS = {"Finding", "error", "add"}
 
 
-def finding_calls() -> list[tuple[str, int, dict[str, ast.expr]]]:
+def finding_calls(names: frozenset[str] | set[str] = _FINDING_CALLS) -> list[tuple[str, int, dict[str, ast.expr]]]:
     calls = []
     for path in PACKAGE.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -182,7 +182,7 @@ def finding_calls() -> list[tuple[str, int, dict[str, ast.expr]]]:
                 continue
             name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
             keywords = {k.arg or "**": k.value for k in node.keywords}
-            if name in _FINDING_CALLS and "message" in keywords:
+            if name in names and "message" in keywords:
                 calls.append((module_name(path), node.lineno, keywords))
     return calls
 
@@ -223,3 +223,31 @@ def test_each_call_names_a_case_its_code_has_and_fills_every_placeholder() -> No
         assert wanted == names, f"{module}:{line}: {code.value} fills {sorted(names)}, its template {sorted(wanted)}"
         checked += 1
     assert checked > 60
+
+
+def test_a_finding_passes_its_level_only_where_its_code_entry_does_not_decide_it() -> None:
+    """A finding's level is its code's entry's (Finding defaults it): a call passes ``level=`` where the entry
+    says the level varies, or with a reason to differ; never the one level the entry declares again."""
+    codes = load_codes().codes
+    redundant, undecided = [], []
+    for module, line, keywords in finding_calls({"Finding"}):  # DryRun.error() passes error itself
+        code = keywords.get("code")
+        if not (isinstance(code, ast.Constant) and code.value in codes) or "**" in keywords:
+            continue  # a code chosen at run time passes its level (the rule's own tests build it)
+        declared = codes[code.value].level
+        level = keywords.get("level")
+        if level is None and declared not in LEVELS:
+            undecided.append(f"{module}:{line}: {code.value} ({declared})")
+        if isinstance(level, ast.Attribute) and level.attr.lower() == declared:
+            redundant.append(f"{module}:{line}: {code.value} passes level={declared} again")
+    assert undecided == [] and redundant == []
+
+
+@pytest.mark.parametrize("code", ["PLOT_LOSS_ADDED", "CHECKPOINT_ROTATION"])
+def test_a_finding_without_level_takes_its_entrys_or_says_it_must_pass_one(code: str) -> None:
+    declared = load_codes().codes[code].level
+    if declared in LEVELS:
+        assert Finding(code=code, message="m", fix="f").level is Level(declared)
+    else:  # "error (info on a resumed run ...)": the call decides
+        with pytest.raises(KeyError, match="level varies"):
+            Finding(code=code, message="m", fix="f")

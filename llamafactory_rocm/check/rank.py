@@ -165,11 +165,10 @@ def launched_world(config: Mapping[str, Any], env: Mapping[str, str], ctx: Any) 
 
 
 def rank_finding(world: RankWorld) -> Any:
-    from ..findings import Finding, Level
+    from ..findings import Finding
 
     return Finding(
         code="JUDGED_AS_RANK",
-        level=Level.INFO,
         new=world.size,
         message=f"LLaMA-Factory's parser and launch ran dry as {world.describe()}: what each rank of "
         "that world runs (one device each); no collective was joined.",

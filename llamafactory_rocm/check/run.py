@@ -62,7 +62,6 @@ def resolve_deepspeed_path(
     return {**config, "deepspeed": str(beside)}, [
         Finding(
             code="DEEPSPEED_PATH_RESOLVED",
-            level=Level.CHANGE,
             key="deepspeed",
             old=ds,
             new=str(beside),
@@ -91,7 +90,6 @@ def llamafactory_verdict(config: Mapping[str, Any], ctx: Context, command: str =
         notes.append(
             Finding(
                 code="PARSER_PLANNED",
-                level=Level.INFO,
                 message=answers.describe() + ".",
             )
         )
@@ -105,7 +103,6 @@ def llamafactory_verdict(config: Mapping[str, Any], ctx: Context, command: str =
         *notes,
         Finding(
             code="LLAMAFACTORY_REFUSED",
-            level=Level.ERROR,
             key=cause.key,
             old=verdict.error_type,
             message=f"LLaMA-Factory's own argument check{which} refuses this config: {verdict.message}",
@@ -128,6 +125,7 @@ def accept_findings(findings: list[Finding], accepted: frozenset[str]) -> list[F
         out.append(
             Finding(
                 code="FINDING_ACCEPTED",
+                # not the entry's info: the run goes ahead past an error the user accepted, which a warning says
                 level=Level.WARNING,
                 new=taken,
                 message=f"Accepted knowingly: {', '.join(taken)}; the run goes ahead despite them.",

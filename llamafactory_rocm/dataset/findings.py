@@ -107,14 +107,13 @@ def _info_finding(code: str, message: str) -> Finding:
 
 
 def _invalid(message: str, **fix: Any) -> Finding:
-    return Finding(code="DATASET_INVALID", level=Level.ERROR, key="dataset", message=message, **fix)
+    return Finding(code="DATASET_INVALID", key="dataset", message=message, **fix)
 
 
 def _dataset_findings(name: str, report: DatasetReport, folder: Path) -> list[Finding]:
     ignored = [
         Finding(
             code="DATASET_ENTRY_IGNORED",
-            level=Level.WARNING,
             key="dataset",
             message=f"dataset {name}: {what}.",
             fix_with={"info_file": folder / INFO_FILE},
@@ -138,7 +137,6 @@ def _verdict_findings(name: str, report: DatasetReport, folder: Path) -> list[Fi
     return [
         Finding(
             code="DATASET_ROWS_DROPPED",
-            level=Level.WARNING,
             key="dataset",
             message=f"dataset {name} ({where}): {warning}.",
             fix_with={"command": command},
@@ -152,7 +150,6 @@ def _bundled_finding(raw_dir: str, folder: Path, bundled: Path, names: list[str]
     where = f"{folder / INFO_FILE} does not exist" if not (folder / INFO_FILE).is_file() else f"{folder} lacks them"
     return Finding(
         code="DATASET_DIR_BUNDLED",
-        level=Level.CHANGE,
         key="dataset_dir",
         old=raw_dir,
         new=str(bundled),
@@ -167,7 +164,6 @@ def _unknown_finding(name: str, info: dict[str, Any] | None, folder: Path) -> Fi
     missing = "does not exist" if info is None else f"has no {name!r}"
     return Finding(
         code="DATASET_UNKNOWN",
-        level=Level.ERROR,
         key="dataset",
         message=f"dataset {name}: {folder / INFO_FILE} {missing}, so LLaMA-Factory stops with 'Undefined dataset'."
         + hint,

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from ..errors import UsageError
-from .registry import fix_text
+from .registry import declared_level, fix_text
 
 
 class Level(str, Enum):
@@ -25,6 +25,9 @@ class Level(str, Enum):
 
 
 class Finding(BaseModel):
+    """One finding. ``level`` defaults to the one its code's entry declares (findings/codes/*.json): a call
+    passes it only where the code's level varies, or where this call has a reason to differ."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     code: str
@@ -40,13 +43,18 @@ class Finding(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _fix_from_the_registry(cls, data: Any) -> Any:
-        """``fix`` from the code's registry template, filled with ``fix_with`` (and ``fix_as``'s variant)."""
-        if not isinstance(data, dict) or "fix" in data:
+    def _from_the_registry(cls, data: Any) -> Any:
+        """``level`` from the code's registry entry where the call passes none; ``fix`` from its template,
+        filled with ``fix_with`` (and ``fix_as``'s variant)."""
+        if not isinstance(data, dict) or ("fix" in data and "level" in data):
             return data
         data = dict(data)
-        values, variant = data.pop("fix_with", None) or {}, data.pop("fix_as", None)
-        data["fix"] = fix_text(str(data.get("code", "")), values, variant)
+        code = str(data.get("code", ""))
+        if "level" not in data:
+            data["level"] = declared_level(code)
+        if "fix" not in data:
+            values, variant = data.pop("fix_with", None) or {}, data.pop("fix_as", None)
+            data["fix"] = fix_text(code, values, variant)
         return data
 
     def line(self) -> str:

@@ -104,6 +104,19 @@ def fix_text(code: str, values: Mapping[str, Any], variant: str | None = None) -
     return template.format_map(dict(values))
 
 
+LEVELS = ("error", "warning", "change", "info")
+
+
+def declared_level(code: str) -> str:
+    """The level a code's entry declares, for a finding that passes none. KeyError for a code whose entry
+    says its level varies (``"error (info when planned)"``): its finding must pass ``level=``
+    (tests/test_codes.py reads every call)."""
+    level = load_codes().codes[code].level
+    if level not in LEVELS:
+        raise KeyError(f"{code}'s level varies ({level}): the finding must pass level=")
+    return level
+
+
 CODES_FOLDER = "codes"
 
 

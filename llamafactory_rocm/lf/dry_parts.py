@@ -54,7 +54,7 @@ class DryRun:
         the memory estimate leaves out)."""
         line = f"not checked: {what} ({why})"
         self.not_checked.append(line)
-        self.findings.append(Finding(code="DRY_RUN_NOT_CHECKED", level=Level.INFO, message=line + ".", fix_as=case))
+        self.findings.append(Finding(code="DRY_RUN_NOT_CHECKED", message=line + ".", fix_as=case))
 
     def error(self, *, code: str, message: str, key: str | None = None, **fix: Any) -> None:
         """An error; ``fix``: the registry template's ``fix_with`` values and ``fix_as`` case (findings/)."""

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from functools import wraps
 from typing import Any
 
-from ..findings import Finding, Level
+from ..findings import Finding
 from .commands import REGISTRY, command_entry
 
 # Which commands start which server, and how the line names each: their entries' ``exposure`` (lf/commands.py
@@ -100,7 +100,6 @@ def gradio_finding(environ: Mapping[str, str], name: str = "LlamaBoard/webchat")
         reach.append("publishes a public share link (GRADIO_SHARE)")
     return Finding(
         code="LLAMABOARD_EXPOSED",
-        level=Level.WARNING,
         key="GRADIO_SERVER_NAME",
         old=host,
         message=(
@@ -119,7 +118,6 @@ def api_finding(environ: Mapping[str, str]) -> Finding | None:
     port = environ.get("API_PORT", API_PORT)
     return Finding(
         code="API_EXPOSED",
-        level=Level.WARNING,
         key="API_KEY",
         old=host,
         message=(

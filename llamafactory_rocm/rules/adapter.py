@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..findings import Finding, Level
+from ..findings import Finding
 from ..lf.adapters import ADAPTER_CONFIG, adapter_paths, read_adapter_config
 from ..lf.commands import CHAT, EVAL, EXPORT
 from .base import Context, Step, rule, unchanged
@@ -53,7 +53,6 @@ def adapter_base_mismatch(config: Mapping[str, Any], env: Mapping[str, str], ctx
         findings.append(
             Finding(
                 code="ADAPTER_BASE_MISMATCH",
-                level=Level.WARNING,
                 key="adapter_name_or_path",
                 old=path,
                 message=f"The adapter {path} was trained on {base} (its {ADAPTER_CONFIG}), but model_name_or_path "

@@ -80,7 +80,6 @@ def rewrite_compute_dtype(config: Mapping[str, Any], env: Mapping[str, str], ctx
             env,
             Finding(
                 code="COMPUTE_DTYPE_UNKNOWN",
-                level=Level.ERROR,
                 key="compute_dtype",
                 old=raw,
                 message=f"compute_dtype: {raw!r} is not a dtype, and LLaMA-Factory has no compute_dtype key. "
@@ -96,7 +95,6 @@ def rewrite_compute_dtype(config: Mapping[str, Any], env: Mapping[str, str], ctx
         [
             Finding(
                 code="COMPUTE_DTYPE_REWRITTEN",
-                level=Level.CHANGE,
                 key="compute_dtype",
                 old=raw,
                 new={"bf16": bf16, "fp16": fp16},
@@ -123,7 +121,6 @@ def drop_backend(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context
             env,
             Finding(
                 code="BACKEND_UNKNOWN",
-                level=Level.ERROR,
                 key="backend",
                 old=raw,
                 message=f"backend: {raw!r} is not a LLaMA-Factory training key.",
@@ -137,7 +134,6 @@ def drop_backend(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context
         [
             Finding(
                 code="BACKEND_DROPPED",
-                level=Level.CHANGE,
                 key="backend",
                 old=raw,
                 message=f"backend: {raw} is not a LLaMA-Factory key; training always runs on PyTorch.",
@@ -156,7 +152,6 @@ def _deepspeed_backend(raw: Any) -> Finding:
         example = DEEPSPEED_EXAMPLE
     return Finding(
         code="BACKEND_UNKNOWN",
-        level=Level.ERROR,
         key="backend",
         old=raw,
         message=f"backend: {raw} is not a LLaMA-Factory key: DeepSpeed is turned on with the deepspeed: key, "

@@ -119,7 +119,6 @@ def jit_toolchain(config: Mapping[str, Any], env: Mapping[str, str], ctx: Contex
         env,
         Finding(
             code="JIT_TOOLCHAIN_MISSING",
-            level=Level.ERROR,
             key="deepspeed",
             old=missing,
             message=f"DeepSpeed JIT-builds {', '.join(ops)} at launch, but {', '.join(missing)} "
@@ -142,7 +141,6 @@ def wsl2(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> Ste
         env,
         Finding(
             code="WSL2_DXG",
-            level=Level.INFO,
             key="/dev/dxg",
             message="WSL2: the GPU is reached through /dev/dxg, not /dev/kfd; KFD topology and the "
             f"render/video groups do not apply here.{extra}",
@@ -181,7 +179,6 @@ def page_fault_workaround(config: Mapping[str, Any], env: Mapping[str, str], ctx
         env,
         Finding(
             code="HIP_PAGE_FAULT_RISK",
-            level=Level.WARNING,
             key=NO_CACHING,
             new="1",
             message="; ".join(what) + ".",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..findings import Finding, Level
+from ..findings import Finding
 from ..lf.commands import EXPORT
 from ..lf.memory import GIB, UNESTIMABLE, checkpoint_weight_bytes, model_config_for, shape_and_count
 from .base import Context, Step, lf_value, rule, unchanged
@@ -69,7 +69,7 @@ def refuse_merge_into_quantized(config: Mapping[str, Any], env: Mapping[str, str
     return unchanged(
         config,
         env,
-        Finding(code="MERGE_INTO_QUANTIZED", level=Level.ERROR, key=key, old=bits, message=message, fix_as=case),
+        Finding(code="MERGE_INTO_QUANTIZED", key=key, old=bits, message=message, fix_as=case),
     )
 
 
@@ -107,7 +107,6 @@ def export_memory(config: Mapping[str, Any], env: Mapping[str, str], ctx: Contex
         env,
         Finding(
             code="EXPORT_MEMORY_OVER_DEVICE",
-            level=Level.WARNING,
             key="export_device",
             old="auto",
             new="cpu",

@@ -52,7 +52,6 @@ def drop_tf32(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -
         [
             Finding(
                 code="TF32_DROPPED",
-                level=Level.CHANGE,
                 key="tf32",
                 old=config["tf32"],
                 message="tf32: true raises 'ValueError: --tf32 requires Ampere or a newer GPU arch' on "
@@ -107,7 +106,6 @@ def flash_attn_where_supported(config: Mapping[str, Any], env: Mapping[str, str]
         [
             Finding(
                 code="FLASH_ATTN_TO_SDPA",
-                level=Level.CHANGE,
                 key="flash_attn",
                 old=config["flash_attn"],
                 new="sdpa",
@@ -131,7 +129,6 @@ def sdpa_kernel_notice(config: Mapping[str, Any], env: Mapping[str, str], ctx: C
             findings.append(
                 Finding(
                     code="SDPA_MATH_FALLBACK",
-                    level=Level.WARNING,
                     key="flash_attn",
                     message=f"SDPA has no AOTriton kernels for {arch}; attention runs the math path, "
                     "which is slower and keeps the full attention matrix in memory.",
@@ -141,7 +138,6 @@ def sdpa_kernel_notice(config: Mapping[str, Any], env: Mapping[str, str], ctx: C
             findings.append(
                 Finding(
                     code="SDPA_EXPERIMENTAL_ARCH",
-                    level=Level.INFO,
                     key="TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL",
                     message=f"On some torch versions SDPA's fast kernels for {arch} need "
                     "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1.",
@@ -164,7 +160,6 @@ def bitsandbytes_for_qlora(config: Mapping[str, Any], env: Mapping[str, str], ct
             findings.append(
                 Finding(
                     code="QLORA_ARCH_UNSUPPORTED",
-                    level=Level.ERROR,
                     key="quantization_bit",
                     old=bits,
                     message=f"No bitsandbytes ROCm wheel ships kernels for {arch} "

@@ -132,7 +132,6 @@ def memory_fit(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) 
             env,
             Finding(
                 code="MEMORY_ESTIMATE",
-                level=Level.INFO,
                 new=round(est.total_gib, 1),
                 message=f"Estimated peak {est.total_gib:.1f} GiB of {device_gib:.1f} GiB per device ({breakdown}).",
             ),
@@ -190,7 +189,6 @@ def host_starved(ctx: Context, gpu_gib: float) -> list[Finding]:
     return [
         Finding(
             code="APU_HOST_MEMORY_LOW",
-            level=Level.WARNING,
             old=round(left, 1),
             message=f"Unified memory: the GPU's estimated {gpu_total:.1f} GiB comes out of the {ram_gib:.1f} GiB "
             f"of RAM ({what}), leaving {left:.1f} GiB for the OS, the Python process and the dataloader "

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..findings import Finding, Level
+from ..findings import Finding
 from ..lf.commands import TRAIN
 from .base import Context, Step, env_enabled, rule, unchanged
 from .kernels import version_tuple
@@ -26,7 +26,6 @@ def multi_gpu_notices(config: Mapping[str, Any], env: Mapping[str, str], ctx: Co
         findings.append(
             Finding(
                 code="MI300X_PARTIAL_NODE",
-                level=Level.WARNING,
                 message=f"{count} MI300X GPUs: AMD's guidance is 1 or 8 per job; 2- and 4-GPU "
                 "collectives are slow (ROCm workload.rst).",
             )
@@ -36,7 +35,6 @@ def multi_gpu_notices(config: Mapping[str, Any], env: Mapping[str, str], ctx: Co
         findings.append(
             Finding(
                 code="RDNA3_DDP_KNOWN_ISSUE",
-                level=Level.WARNING,
                 key="NCCL_P2P_DISABLE",
                 old=env.get("NCCL_P2P_DISABLE"),
                 new=None if p2p_off else "1",
@@ -51,7 +49,6 @@ def multi_gpu_notices(config: Mapping[str, Any], env: Mapping[str, str], ctx: Co
         findings.append(
             Finding(
                 code="RADEON_P2P_HANG",
-                level=Level.WARNING,
                 key="NCCL_P2P_DISABLE",
                 new="1",
                 message=f"{count} Radeon RDNA4 GPUs ({', '.join(rdna4)}): direct PCIe peer-to-peer is reported to "
@@ -63,7 +60,6 @@ def multi_gpu_notices(config: Mapping[str, Any], env: Mapping[str, str], ctx: Co
         findings.append(
             Finding(
                 code="EXPANDABLE_SEGMENTS_OLD_ROCM",
-                level=Level.WARNING,
                 key="OPTIM_TORCH",
                 message="LLaMA-Factory's multi-GPU launcher sets PYTORCH_CUDA_ALLOC_CONF="
                 f"expandable_segments:True, which ROCm {hip} does not support (from ROCm 7.0).",
@@ -76,7 +72,6 @@ def iommu_pt_missing(what: str) -> Finding:
     """RCCL needs iommu=pt for collectives between GPUs, on one node or several (ROCm/rccl#1129)."""
     return Finding(
         code="IOMMU_PT_MISSING",
-        level=Level.WARNING,
         key="/proc/cmdline",
         message=f'{what} but "iommu=pt" is missing from the kernel command line: RCCL '
         "collectives can hang or crawl (ROCm/rccl#1129).",

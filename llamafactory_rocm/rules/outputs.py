@@ -31,7 +31,6 @@ def protect_existing_checkpoints(config: Mapping[str, Any], env: Mapping[str, st
             env,
             Finding(
                 code="CHECKPOINT_OVERWRITE",
-                level=Level.WARNING,
                 key="overwrite_output_dir",
                 message=f"overwrite_output_dir: true: the run starts over instead of resuming, and {shown} in "
                 f"{where} go as it saves over them"
@@ -116,7 +115,6 @@ def plot_the_loss(config: Mapping[str, Any], env: Mapping[str, str], ctx: Contex
         [
             Finding(
                 code="PLOT_LOSS_ADDED",
-                level=Level.CHANGE,
                 key="plot_loss",
                 new=True,
                 message="plot_loss was unset: LLaMA-Factory draws no loss curve by default.",

@@ -16,7 +16,7 @@ from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from ..findings import Finding, Level
+from ..findings import Finding
 from ..lf.commands import CHAT, EVAL, EXPORT, TRAIN
 from .base import Context, Step, lf_value, rule, unchanged
 
@@ -126,7 +126,6 @@ def require_packages(config: Mapping[str, Any], env: Mapping[str, str], ctx: Con
             findings.append(
                 Finding(
                     code="PACKAGE_REQUIRED",
-                    level=Level.INFO,
                     key=need.key,
                     message=f"{need.why} ({wanted}); {here} here, so install it on the target machine.",
                     fix_with={"wanted": wanted},
@@ -136,7 +135,6 @@ def require_packages(config: Mapping[str, Any], env: Mapping[str, str], ctx: Con
             findings.append(
                 Finding(
                     code="PACKAGE_MISSING",
-                    level=Level.ERROR,
                     key=need.key,
                     message=f"{need.why} ({wanted}), but {here}.",
                     fix_with={"wanted": wanted, "key": need.key},

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..findings import Finding, Level
+from ..findings import Finding
 from ..lf.commands import TRAIN
 from ..machine.catalogue import Catalogue
 from .base import Context, Step, rule, truthy, unchanged
@@ -71,7 +71,6 @@ def prefer_bf16(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context)
             [
                 Finding(
                     code="PRECISION_CPU_FP16",
-                    level=Level.CHANGE,
                     key="fp16",
                     old={"fp16": config.get("fp16"), "bf16": config.get("bf16"), "use_cpu": config.get("use_cpu")},
                     new={"fp16": False, "bf16": True, "use_cpu": True},
@@ -91,7 +90,6 @@ def prefer_bf16(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context)
             [
                 Finding(
                     code="PRECISION_FP16_TO_BF16",
-                    level=Level.CHANGE,
                     key="fp16",
                     old={"fp16": config.get("fp16"), "bf16": config.get("bf16")},
                     new={"fp16": False, "bf16": True},
@@ -105,7 +103,6 @@ def prefer_bf16(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context)
         env,
         Finding(
             code="PRECISION_FP16_KEPT",
-            level=Level.WARNING,
             key="fp16",
             old=config.get("fp16"),
             message=f"Kept fp16 because {why}; fp16 can overflow to NaN.",
@@ -125,7 +122,6 @@ def bf16_on_cpu_needs_use_cpu(config: Mapping[str, Any], env: Mapping[str, str],
         [
             Finding(
                 code="PRECISION_CPU_USE_CPU",
-                level=Level.CHANGE,
                 key="use_cpu",
                 old=config.get("use_cpu"),
                 new=True,
@@ -147,7 +143,6 @@ def warn_bf16_without_matrix_units(config: Mapping[str, Any], env: Mapping[str, 
         env,
         Finding(
             code="BF16_NOT_NATIVE",
-            level=Level.WARNING,
             key="bf16",
             message=f"bf16 is asked for but {why} (torch reports bf16 as supported on every ROCm GPU).",
         ),
@@ -167,7 +162,6 @@ def pure_bf16_only_where_real(config: Mapping[str, Any], env: Mapping[str, str],
         env,
         Finding(
             code="PURE_BF16_UNSUPPORTED",
-            level=Level.ERROR,
             key="pure_bf16",
             old=config.get("pure_bf16"),
             message=f"pure_bf16 keeps every weight and gradient in bf16, but {why}: torch would emulate it "
@@ -192,7 +186,6 @@ def one_half_precision(config: Mapping[str, Any], env: Mapping[str, str], ctx: C
         env,
         Finding(
             code="PRECISION_CONFLICT",
-            level=Level.ERROR,
             key=drop,
             old={"fp16": config.get("fp16"), "bf16": config.get("bf16")},
             message="fp16 and bf16 are both true; transformers refuses that on every machine "

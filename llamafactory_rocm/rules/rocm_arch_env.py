@@ -134,7 +134,6 @@ def check_pytorch_rocm_arch(config: Mapping[str, Any], env: Mapping[str, str], c
             [
                 Finding(
                     code="ROCM_ARCH_SET",
-                    level=Level.CHANGE,
                     key=VAR,
                     old=value,
                     new=new_env[VAR],
@@ -151,7 +150,6 @@ def check_pytorch_rocm_arch(config: Mapping[str, Any], env: Mapping[str, str], c
         findings.append(
             Finding(
                 code="ROCM_ARCH_MALFORMED",
-                level=Level.ERROR,
                 key=VAR,
                 old=value,
                 message=f"{VAR}={value!r}: {entry.text!r} is invalid because {entry.reason}.",
@@ -166,7 +164,6 @@ def check_pytorch_rocm_arch(config: Mapping[str, Any], env: Mapping[str, str], c
         findings.append(
             Finding(
                 code="ROCM_ARCH_EMPTY_ENTRY",
-                level=Level.WARNING,
                 key=VAR,
                 old=value,
                 new=cleaned,
@@ -184,7 +181,6 @@ def check_pytorch_rocm_arch(config: Mapping[str, Any], env: Mapping[str, str], c
         findings.append(
             Finding(
                 code="ROCM_ARCH_FEATURE_MISMATCH",
-                level=Level.ERROR,
                 key=VAR,
                 old=value,
                 new=";".join(dict.fromkeys(fixed)),
@@ -202,7 +198,6 @@ def check_pytorch_rocm_arch(config: Mapping[str, Any], env: Mapping[str, str], c
         findings.append(
             Finding(
                 code="ROCM_ARCH_MISSES_DEVICE",
-                level=Level.ERROR,
                 key=VAR,
                 old=value,
                 new=";".join(dict.fromkeys([*good, *missing])),

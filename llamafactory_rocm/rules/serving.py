@@ -108,7 +108,6 @@ def vllm_on_rocm(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context
             env,
             Finding(
                 code="VLLM_ROCM_REQUIRED",
-                level=Level.INFO,
                 key="infer_backend",
                 message=f"infer_backend: vllm on the target needs vLLM's ROCm build: its prebuilt ROCm wheels are "
                 f"for Python {wheel_py} and bring their own ROCm torch (a plain `pip install vllm` installs the "
@@ -127,7 +126,6 @@ def vllm_on_rocm(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context
         findings.append(
             Finding(
                 code="VLLM_NOT_INSTALLED",
-                level=Level.ERROR,
                 key="infer_backend",
                 message=f"infer_backend: vllm, but vLLM is not installed.{py_note}",
                 fix_with={"wheel_py": wheel_py},
@@ -143,7 +141,6 @@ def vllm_on_rocm(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context
         findings.append(
             Finding(
                 code="VLLM_NOT_ROCM",
-                level=Level.ERROR,
                 key="infer_backend",
                 old=version,
                 message=f"infer_backend: vllm on an AMD GPU, but {cause}: the CUDA wheel of vLLM (and the torch it "
@@ -169,7 +166,6 @@ def sglang_on_rocm(config: Mapping[str, Any], env: Mapping[str, str], ctx: Conte
         env,
         Finding(
             code="SGLANG_ROCM_REQUIRED",
-            level=Level.INFO,
             key="infer_backend",
             message="infer_backend: sglang on the target needs SGLang's ROCm build (sglang[srt_hip] or AMD's SGLang "
             f"container){f'; LLaMA-Factory checks {lf_range}' if lf_range else ''}.",
@@ -214,7 +210,6 @@ def vllm_lora_rank(config: Mapping[str, Any], env: Mapping[str, str], ctx: Conte
         findings.append(
             Finding(
                 code="VLLM_LORA_RANK_TOO_SMALL",
-                level=Level.ERROR,
                 key="vllm_max_lora_rank",
                 old=cap,
                 new=fitting,
@@ -240,7 +235,6 @@ def infer_bf16_emulated(config: Mapping[str, Any], env: Mapping[str, str], ctx: 
         env,
         Finding(
             code="INFER_BF16_EMULATED",
-            level=Level.WARNING,
             key="infer_dtype",
             old="bfloat16",
             new="float16",

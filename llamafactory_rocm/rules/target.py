@@ -22,7 +22,6 @@ def check_target(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context
             env,
             Finding(
                 code="PLANNED_TARGET",
-                level=Level.INFO,
                 message=f"No GPU here: checked as planned for {label} ({target.arch}, named by {target.named_by}).",
             ),
         )
@@ -50,7 +49,6 @@ def check_target(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context
         env,
         Finding(
             code="TARGET_MISMATCH",
-            level=Level.ERROR,
             old=target.arch,
             new=present,
             message=f"The config is meant for {label} ({target.arch}, named by {target.named_by}) but this "

@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..findings import Finding, Level
+from ..findings import Finding
 from ..lf.commands import CHAT, EVAL, TRAIN
 from .base import EXPORT_ON_GPU, Context, Step, rule, unchanged
 
@@ -24,7 +24,6 @@ def require_rocm_torch(config: Mapping[str, Any], env: Mapping[str, str], ctx: C
             env,
             Finding(
                 code="TORCH_MISSING",
-                level=Level.ERROR,
                 message="torch is not installed.",
             ),
         )
@@ -35,7 +34,6 @@ def require_rocm_torch(config: Mapping[str, Any], env: Mapping[str, str], ctx: C
             env,
             Finding(
                 code="TORCH_NOT_ROCM",
-                level=Level.ERROR,
                 old=snap.torch.version,
                 message=f"This machine has AMD GPUs ({', '.join(snap.kfd_targets)}) but torch "
                 f"{snap.torch.version} is a {snap.torch.kind.upper()} build, so it sees no GPU "
@@ -48,7 +46,6 @@ def require_rocm_torch(config: Mapping[str, Any], env: Mapping[str, str], ctx: C
             env,
             Finding(
                 code="ROCM_NO_DEVICE",
-                level=Level.ERROR,
                 message="torch is a ROCm build but sees no GPU (hipErrorNoDevice).",
             ),
         )
@@ -75,7 +72,6 @@ def require_kernels_for_devices(config: Mapping[str, Any], env: Mapping[str, str
         findings.append(
             Finding(
                 code="ARCH_NOT_IN_TORCH",
-                level=Level.ERROR,
                 key="torch.cuda.get_arch_list()",
                 old=arch,
                 message=f"torch {ctx.snapshot.torch.version} has no kernels for {arch} (built for "
@@ -123,7 +119,6 @@ def check_hsa_override(config: Mapping[str, Any], env: Mapping[str, str], ctx: C
             env,
             Finding(
                 code="HSA_OVERRIDE_MALFORMED",
-                level=Level.ERROR,
                 key="HSA_OVERRIDE_GFX_VERSION",
                 old=value,
                 message=f"HSA_OVERRIDE_GFX_VERSION={value!r} is not MAJOR.MINOR.STEPPING.",
@@ -136,7 +131,6 @@ def check_hsa_override(config: Mapping[str, Any], env: Mapping[str, str], ctx: C
             findings.append(
                 Finding(
                     code="HSA_OVERRIDE_CROSS_FAMILY",
-                    level=Level.ERROR,
                     key="HSA_OVERRIDE_GFX_VERSION",
                     old=value,
                     message=f"HSA_OVERRIDE_GFX_VERSION={value} makes {target} run {spoofed} kernels, "
@@ -150,7 +144,6 @@ def check_hsa_override(config: Mapping[str, Any], env: Mapping[str, str], ctx: C
             findings.append(
                 Finding(
                     code="HSA_OVERRIDE_ACTIVE",
-                    level=Level.INFO,
                     key="HSA_OVERRIDE_GFX_VERSION",
                     old=value,
                     message=f"{target} runs {spoofed} kernels through HSA_OVERRIDE_GFX_VERSION={value}.",
@@ -164,7 +157,6 @@ def override_not_needed(value: str, target: str, spoofed: str) -> Finding:
     """The override on a card torch has kernels for: unneeded, and reported to fault (docs/rocm-facts.md#n12)."""
     return Finding(
         code="HSA_OVERRIDE_NOT_NEEDED",
-        level=Level.WARNING,
         key="HSA_OVERRIDE_GFX_VERSION",
         old=value,
         message=f"HSA_OVERRIDE_GFX_VERSION={value} makes {target} run {spoofed} kernels although torch has "

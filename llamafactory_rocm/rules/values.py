@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..findings import Finding, Level
+from ..findings import Finding
 from ..lf.commands import CHAT, EVAL, EXPORT, TRAIN
 from .base import Context, Step, rule, unchanged
 
@@ -38,7 +38,6 @@ def refuse_unconvertible_values(config: Mapping[str, Any], env: Mapping[str, str
         findings.append(
             Finding(
                 code="VALUE_COERCED",
-                level=Level.CHANGE,
                 key=coercion.key,
                 old=coercion.value,
                 new=coercion.new,
@@ -55,7 +54,6 @@ def refuse_unconvertible_values(config: Mapping[str, Any], env: Mapping[str, str
     findings += [
         Finding(
             code="VALUE_INVALID",
-            level=Level.ERROR,
             key=problem.key,
             old=problem.value,
             message=f"{problem.key}: {problem.value!r} is not {problem.expected}.",
@@ -67,7 +65,6 @@ def refuse_unconvertible_values(config: Mapping[str, Any], env: Mapping[str, str
     findings += [
         Finding(
             code="VALUE_NOT_FINITE",
-            level=Level.WARNING,
             key=found.key,
             old=found.value,
             message=f"{found.key}: {found.value!r} is not a finite number. LLaMA-Factory's parser takes it as it "
@@ -80,7 +77,6 @@ def refuse_unconvertible_values(config: Mapping[str, Any], env: Mapping[str, str
     findings += [
         Finding(
             code="VALUE_NOT_A_CHOICE",
-            level=Level.WARNING,
             key=other.key,
             old=other.value,
             message=f"{other.key}: {other.value!r} is not {other.expected}. LLaMA-Factory checks no choices in "

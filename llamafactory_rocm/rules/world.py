@@ -52,7 +52,6 @@ def _invalid(name: str, value: str, why: str, case: str, **fix_with: Any) -> Fin
     """WORLD_INVALID for ``name``; ``case`` names the registry's fix, ``fix_with`` fills it."""
     return Finding(
         code="WORLD_INVALID",
-        level=Level.ERROR,
         key=name,
         old=value,
         message=f"{name}={value!r}: {why}",
@@ -87,7 +86,6 @@ def read_world(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) 
             problems.append(
                 Finding(
                     code="WORLD_NOT_LAUNCHED",
-                    level=Level.ERROR,
                     key="FORCE_TORCHRUN",
                     message=f"{' '.join(asked)}, but LLaMA-Factory's launcher starts torchrun only with "
                     f"FORCE_TORCHRUN=1 or more than one GPU visible ({len(ctx.snapshot.devices)} here): each node "
@@ -182,7 +180,7 @@ def world_batch(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context)
             findings.append(
                 Finding(
                     code="GLOBAL_BATCH_OVER_DATASET",
-                    level=Level.WARNING,  # LLaMA-Factory trains it: each epoch is one step on repeated rows
+                    # LLaMA-Factory trains it: each epoch is one step on repeated rows
                     old=global_batch,
                     new=train_rows,
                     message=f"The global batch is larger than the data: {arithmetic} sequences, but the dataset "
@@ -205,7 +203,6 @@ def world_batch(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context)
     findings.append(
         Finding(
             code="WORLD_PLAN",
-            level=Level.INFO,
             new=world.size,
             message=plan + f" (world from {world.source}).",
         )
@@ -281,7 +278,6 @@ def _deepspeed_batch(
         findings.append(
             Finding(
                 code="GLOBAL_BATCH_MISMATCH",
-                level=Level.ERROR,
                 key="deepspeed",
                 old={key: value for key, (value, _) in batch.items()},
                 new={key: made[key] for key in batch},
@@ -293,7 +289,6 @@ def _deepspeed_batch(
         findings.append(
             Finding(
                 code="DEEPSPEED_MISMATCH",
-                level=Level.ERROR,
                 key="deepspeed",
                 old={key: value for key, (value, _) in other.items()},
                 message=f"The DeepSpeed JSON {name} pins values the config sets otherwise "
@@ -355,7 +350,6 @@ def network(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) -> 
             findings.append(
                 Finding(
                     code="RCCL_ENV_MI300X",
-                    level=Level.INFO,
                     key=next(iter(wanted)),
                     new=wanted,
                     message=f"{world.size} ranks on MI300X; of AMD's multi-GPU settings "
@@ -407,7 +401,6 @@ def ray_visible_devices(config: Mapping[str, Any], env: Mapping[str, str], ctx: 
         env,
         Finding(
             code="RAY_ROCM_VISIBLE_DEVICES",
-            level=Level.ERROR,
             key="USE_RAY",
             message=problem,
             fix_as=case,
@@ -424,7 +417,6 @@ def _ray_on_cpu() -> Finding:
     bundle = placement_bundle("cpu")
     return Finding(
         code="RAY_CPU_UNSCHEDULABLE",
-        level=Level.ERROR,
         key="USE_RAY",
         message="USE_RAY=1 on a machine without a GPU: LLaMA-Factory's Ray launcher asks for one placement "
         f"bundle of {bundle} per device, and without a GPU every CPU counts as a device, so Ray can never "
