@@ -110,3 +110,33 @@ def test_alike_layers_cut_to_two_and_three_count_as_every_layer():
     lora = peft.get_peft_model(model, peft.LoraConfig(r=8, target_modules=["q_proj", "v_proj"]))
     lora.enable_input_require_grads()
     assert step_flops(lora, 2, 32, "bfloat16") == step_flops(lora, 2, 32, "bfloat16", every_layer=True)
+
+
+def test_a_model_on_the_meta_device_counts_as_on_fake_tensors():
+    """The dry run's model is on the meta device and counts there (flops.py ``_count`` on meta, the CPU's fused
+    attention kernel called where the CPU picks it); the same model on FakeTensors (the activation trace's
+    way) gives the same count, full and LoRA, with checkpointing's recompute and grouped-query attention."""
+    import peft
+    import torch
+    import transformers
+
+    from llamafactory_rocm.forecast.flops import _count
+
+    config = transformers.LlamaConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+        vocab_size=460, head_dim=16,
+    )  # fmt: skip
+    with torch.device("meta"):
+        model = transformers.LlamaForCausalLM(config)
+    model.gradient_checkpointing_enable()
+    model.train()
+    on_meta = _count(model, 2, 32, None, "meta")  # no fall-back: the meta run itself
+    assert on_meta.recompute > 0 and on_meta == step_flops(model, 2, 32, None, every_layer=True, fake=True)
+    for parameter in model.parameters():
+        parameter.requires_grad_(False)
+    lora = peft.get_peft_model(model, peft.LoraConfig(r=8, target_modules=["q_proj", "v_proj"]))
+    lora.to("meta")
+    lora.enable_input_require_grads()
+    on_meta = _count(lora, 2, 32, "bfloat16", "meta")
+    assert on_meta == step_flops(lora, 2, 32, "bfloat16", every_layer=True, fake=True)
+    assert all(p.grad is None for p in lora.parameters())  # the dry model is left as it was built
