@@ -182,11 +182,12 @@ def run_check(request: CheckRequest) -> Report:
     """Every rule for ``request.command``, then LLaMA-Factory's own argument check for it, and for train its
     launch run dry, on ``request``."""
     command = request.command
-    if command not in COMMANDS:
+    try:
+        entry = checked_entry(command)  # the registry's entry, a command that reads a config
+    except ValueError:
         from ..errors import UsageError
 
-        raise UsageError(f"unknown command {command!r}: one of {', '.join(COMMANDS)}.")
-    entry = checked_entry(command)
+        raise UsageError(f"unknown command {command!r}: one of {', '.join(COMMANDS)}.") from None
     train = entry.trains  # the data pass, the output folder, the world and the launch run dry
     catalogue = load_catalogue()
     target = resolve_target(request.gpu, request.arch, request.config_path, catalogue)
