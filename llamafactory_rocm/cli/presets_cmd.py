@@ -23,6 +23,13 @@ def register(subs: argparse._SubParsersAction) -> None:
     ls = verbs.add_parser("list", help="every preset with its GPU, arch, model, method and memory estimate")
     ls.add_argument("--gpu", help="only presets for this GPU's arch (e.g. w7900 lists the gfx1100 ones)")
     ls.add_argument("--json", action="store_true", help="print a JSON list (for scripts)")
+    ls.add_argument(
+        "--forecast",
+        action="store_true",
+        help="also forecast each preset's run on its own dataset and target card (check --forecast for each: "
+        "LLaMA-Factory's dry run, seconds a preset; a model not in the Hugging Face cache here gets no forecast, "
+        "and says why)",
+    )
     ls.set_defaults(run=run_list)
     show = verbs.add_parser(
         "show", help="print a preset's YAML with its target and memory need, and the export and chat configs after it"
@@ -46,8 +53,14 @@ def register(subs: argparse._SubParsersAction) -> None:
 
 def run_list(args: argparse.Namespace) -> int:
     infos = presets.list_presets(args.gpu)
+    # made only when asked: a dry run of each preset (its model, tokenizer and dataset) takes seconds
+    forecasts = {i.entry.name: preset_forecast(i.entry) for i in infos} if args.forecast else {}
     if args.json:
-        print(json.dumps([i.as_dict() for i in infos], indent=2))
+        print(
+            json.dumps(
+                [i.as_dict() | ({"forecast": forecasts[i.entry.name]} if forecasts else {}) for i in infos], indent=2
+            )
+        )
         return 0
     print(f"{'NAME':28} {'GPU':10} {'ARCH':8} {'MODEL':10} {'METHOD':7} {'EST. PEAK':>14}  DESCRIPTION")
     for i in infos:
@@ -55,8 +68,52 @@ def run_list(args: argparse.Namespace) -> int:
         peak = f"{d['estimated_peak_gib']}/{d['vram_gib']:g} GiB" if d["estimated_peak_gib"] else "-"
         gpus = f"{d['gpus']}x{d['gpu']}" if d["gpus"] > 1 else d["gpu"]
         print(f"{d['name']:28} {gpus:10} {d['arch']:8} {d['model']:10} {d['method']:7} {peak:>14}  {d['description']}")
+        if forecasts:
+            print(f"  forecast: {forecast_summary(forecasts[d['name']])}")
     print("\nNext: llamafactory-rocm presets show NAME, or presets copy NAME ./my_run.yaml")
     return 0
+
+
+def preset_forecast(preset: presets.PresetEntry) -> dict:
+    """``check --forecast`` of the preset on its target card and world (its GPUs as nodes of up to 8), as JSON."""
+    from ..check.run import check_config
+    from ..forecast.run import requested
+    from ..rules.memory_fit import NODE_GPUS
+
+    nodes = -(-preset.gpus // NODE_GPUS)
+    world = {"NNODES": str(nodes), "NPROC_PER_NODE": str(preset.gpus // nodes)}
+    with requested():
+        report = check_config(presets.load(preset.name), gpu=preset.gpu, env=world)
+    if report.forecast is None:
+        errors = [f.line() for f in report.findings if f.level.value == "error"]
+        return {"made": False, "why": "the check stopped before LLaMA-Factory's dry run: " + "; ".join(errors[:1])}
+    return report.forecast.as_json()
+
+
+def forecast_summary(forecast: dict) -> str:
+    """One line: steps, tokens, time and cost on the preset's card, or why there is none."""
+    if forecast.get("made") is False:
+        return f"not made: {forecast['why']}"
+    work, tokens, card = forecast["work"], forecast["tokens"], forecast["card"]
+    parts = [f"{work['steps']:,} steps"]
+    if tokens:
+        parts.append(f"{tokens['total']:,} tokens ({tokens['padding_share']:.0%} padding)")
+    where = f"{forecast['gpus']} x {card['alias']}" if card else "its card"
+    if forecast["hours"]:
+        low, high = forecast["hours"]
+        parts.append(f"{_hours(low)} to {_hours(high)} on {where}")
+    elif forecast["hours_at_peak"]:
+        parts.append(f"at least {_hours(forecast['hours_at_peak'])} on {where} (100% of peak)")
+    else:
+        parts.append(f"no time on {where}")
+    if forecast["cost_usd"]:
+        low, high = forecast["cost_usd"]
+        parts.append(f"${low:,.2f} to ${high:,.2f} ({forecast['price'].get('date') or '--price'})")
+    return "; ".join(parts) + " (check --forecast for the sources)"
+
+
+def _hours(hours: float) -> str:
+    return f"{hours * 60:.1f} min" if hours < 1 else f"{hours:.2f} h"
 
 
 def run_show(args: argparse.Namespace) -> int:
