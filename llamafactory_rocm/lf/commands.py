@@ -441,7 +441,7 @@ def command_verdict(
     required here (the serving rules state them for the target), nor is a ``deepspeed:`` JSON read (it needs
     DeepSpeed and torchrun on the target).
 
-    ``load``: for a command built dry by loading (entry ``dry: "load"``: export, chat, api and webchat) on
+    ``load``: for a command built dry by loading (entry ``dry=DRY_LOAD``: export, chat, api and webchat) on
     this machine (no ``answers``), the command is then built dry (``lf.dry_load``: the packages the command
     imports, tokenizer, template, the model on the meta device with its adapters, export_dir, one generation
     up to the first forward), and its first refusal is the verdict, with the fix in its words.
