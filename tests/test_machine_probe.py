@@ -121,3 +121,21 @@ def test_the_snapshot_records_no_path_of_the_toolchain():
     therock = Snapshot.load(SNAPSHOTS / "mi300x_therock_rocm10.json").host
     assert not therock.system_rocm_file.startswith("/")  # relative to /opt/rocm: never a user's path
     assert all(isinstance(v, bool) for v in (snap.host.hipcc, snap.host.ninja, snap.host.rocm_home))
+
+
+def test_installed_distributions_sees_an_install_and_a_removal(tmp_path, monkeypatch):
+    """The names are kept between checks of one process while no folder on sys.path changes; installing or
+    removing a distribution (its .dist-info folder) is seen at once."""
+    from llamafactory_rocm.machine.probe import installed_distributions
+
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.syspath_prepend(str(site))
+    assert "llamafactory-rocm-probe-demo" not in installed_distributions()
+    info = site / "llamafactory_rocm_probe_demo-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: llamafactory_rocm_probe_demo\nVersion: 1.0\n")
+    assert "llamafactory-rocm-probe-demo" in installed_distributions()
+    (info / "METADATA").unlink()
+    info.rmdir()
+    assert "llamafactory-rocm-probe-demo" not in installed_distributions()
