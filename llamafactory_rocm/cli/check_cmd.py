@@ -39,6 +39,8 @@ def register(subs: argparse._SubParsersAction) -> None:
         "  llamafactory-rocm check my_run.yaml learning_rate=2e-4 --gpu rx7900xtx --json\n"
         "  llamafactory-rocm check --stage sft --model_name_or_path meta-llama/Meta-Llama-3-8B-Instruct \\\n"
         "      --dataset amd_finetune_qa --template llama3 --do_train --fp16 --output_dir saves/run1\n"
+        "  llamafactory-rocm check my_run.yaml --measure 5       # time 5 real steps here, forecast the run\n"
+        "  llamafactory-rocm check my_run.yaml --cards           # the run on every catalogue card, cheapest first\n"
         "  llamafactory-rocm check merge.yaml --for export\n"
         "  llamafactory-rocm check serve.yaml --for api --gpu mi300x",
     )

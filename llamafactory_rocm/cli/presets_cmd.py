@@ -14,6 +14,7 @@ def register(subs: argparse._SubParsersAction) -> None:
         help="list, show, copy the per-GPU LoRA presets",
         description="LoRA presets per AMD GPU, plain LLaMA-Factory YAML that stock llamafactory-cli runs.",
         epilog="examples:\n  llamafactory-rocm presets list --gpu w7900\n"
+        "  llamafactory-rocm presets list --gpu mi300x --forecast\n"
         "  llamafactory-rocm presets show rx7900xtx_llama3_lora\n"
         "  llamafactory-rocm presets copy mi300x_llama3_lora ./my_run.yaml\n"
         "  llamafactory-rocm presets copy mi300x_llama3_lora ./my_run.yaml --with-after\n"
