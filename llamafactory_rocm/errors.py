@@ -21,3 +21,14 @@ class UsageError(Exception):
 class CheckRefused(RuntimeError):
     """The check refused the config in a thread where exiting would not stop the run (a web UI's handler):
     train/after.py raises it, train/board.py shows its lines in the tab's box."""
+
+
+def one_line(err: BaseException, *, limit: int | None = 600, cause: bool = True) -> str:
+    """An exception's words as one line: every run of whitespace one space, its type's name where it has no
+    words; ``cause``: the exception it was raised from added in brackets where its words are new; ``limit``:
+    at most that many characters, the cut marked with "..."."""
+    text = " ".join(str(err).split()) or type(err).__name__
+    below = err.__cause__
+    if cause and below is not None and str(below) and str(below) not in text:
+        text += f" ({' '.join(str(below).split())})"
+    return text if limit is None or len(text) <= limit else text[: limit - 3] + "..."

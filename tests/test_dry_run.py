@@ -616,9 +616,9 @@ def run_args(cfg: dict):
 
 
 def _words_of(exc: BaseException) -> str:
-    from llamafactory_rocm.lf.dry_parts import _words
+    from llamafactory_rocm.errors import one_line
 
-    return _words(exc)
+    return one_line(exc)
 
 
 def test_paths_that_do_not_exist(tiny_model, tmp_path, data):

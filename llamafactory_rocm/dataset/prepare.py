@@ -33,8 +33,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import UsageError, one_line
 from ..findings import Finding, Level
+from ..lf.patching import Patches, progress_bars_off
 from ..lf.work import work_of
 from .findings import config_dataset_findings
 from .info import reason
@@ -42,6 +43,7 @@ from .info import reason
 RECORD = "llamafactory_rocm_prepare.json"  # beside LLaMA-Factory's files in tokenized_path
 CPU_ONLY_DROPS = ("deepspeed", "fp16", "bf16", "pure_bf16", "fsdp", "fsdp_config", "ddp_timeout")
 _PROCESSORS = "llamafactory.data.processor"
+SAID = 303  # LLaMA-Factory's words in a usage error: at most 300 characters and "..."
 _TEMPLATE_PROCESSORS = ("supervised", "pairwise", "feedback", "unsupervised")  # those calling infer_seqlen
 
 
@@ -110,7 +112,6 @@ def _logs_on_stderr(verbose: bool) -> Iterator[None]:
 
     Not verbose: its prints (the example's token dump) are dropped, datasets' progress bars are off and
     the processors' per-row "Dropped ..." warnings are filtered out (the summary counts them)."""
-    import datasets
 
     from ..lf.text_only import text_only_llamafactory
 
@@ -119,25 +120,19 @@ def _logs_on_stderr(verbose: bool) -> Iterator[None]:
 
     lf_logging.get_logger("llamafactory")  # its handler exists from here on
     handlers = logging.getLogger("llamafactory").handlers
-    moved = [h for h in handlers if getattr(h, "stream", None) is sys.stdout]
-    for handler in moved:
-        handler.setStream(sys.stderr)
-    bars = datasets.utils.logging.is_progress_bar_enabled()
-    row_drops = _RowDrops()
-    if not verbose:
-        datasets.disable_progress_bars()
+    with Patches() as patches:
         for handler in handlers:
-            handler.addFilter(row_drops)
-    try:
-        with contextlib.redirect_stdout(sys.stderr if verbose else io.StringIO()):
-            yield
-    finally:
-        for handler in handlers:
-            handler.removeFilter(row_drops)
-        for handler in moved:
-            handler.setStream(sys.stdout)
-        if bars and not verbose:
-            datasets.enable_progress_bars()
+            if getattr(handler, "stream", None) is sys.stdout:
+                patches.callback(handler.setStream, sys.stdout)
+                handler.setStream(sys.stderr)
+        if not verbose:
+            progress_bars_off(patches)
+            row_drops = _RowDrops()
+            for handler in handlers:
+                patches.callback(handler.removeFilter, row_drops)
+                handler.addFilter(row_drops)
+        patches.enter_context(contextlib.redirect_stdout(sys.stderr if verbose else io.StringIO()))
+        yield
 
 
 class _RowDrops(logging.Filter):
@@ -181,7 +176,8 @@ class _Run:
             self.model_args, self.data_args, self.training_args, self.finetuning_args, _ = get_train_args(self.config)
             self.tokenizer_module = load_tokenizer(self.model_args)
         except (Exception, SystemExit) as err:  # the tokenizer is not reachable, or LF refuses the config
-            raise UsageError(f"LLaMA-Factory cannot load the tokenizer or the config: {_line(err)}") from None
+            said = one_line(err, limit=SAID, cause=False)
+            raise UsageError(f"LLaMA-Factory cannot load the tokenizer or the config: {said}") from None
         self.tokenizer = self.tokenizer_module["tokenizer"]
         self.data_stage = data_stage(self.finetuning_args.stage)  # what the workflow passes: run_dpo -> "rm"
         self.own_template = getattr(self.tokenizer, "chat_template", None)  # before LF may replace it
@@ -191,16 +187,15 @@ class _Run:
         """LLaMA-Factory's ``get_dataset``, once, saving at ``staging``; returns the train set."""
         from llamafactory.data import get_dataset
 
-        self.data_args.tokenized_path = str(staging)
         try:
-            module = get_dataset(
-                self.template, self.model_args, self.data_args, self.training_args, self.data_stage,
-                **self.tokenizer_module,
-            )  # fmt: skip
+            with Patches() as patches:
+                patches.setattr(self.data_args, "tokenized_path", str(staging))  # None again after (popped above)
+                module = get_dataset(
+                    self.template, self.model_args, self.data_args, self.training_args, self.data_stage,
+                    **self.tokenizer_module,
+                )  # fmt: skip
         except (Exception, SystemExit) as err:
-            raise UsageError(f"LLaMA-Factory's preprocessing stops: {_line(err)}") from None
-        finally:
-            self.data_args.tokenized_path = None
+            raise UsageError(f"LLaMA-Factory's preprocessing stops: {one_line(err, limit=SAID, cause=False)}") from None
         return module["train_dataset"]
 
     def template_warnings(self) -> list[str]:
@@ -214,7 +209,8 @@ class _Run:
             if hasattr(own, "keys"):  # newer transformers return a BatchEncoding
                 own = own["input_ids"]
         except Exception as err:
-            return [f"the model's own chat template cannot be rendered ({_line(err)}); template {name!r} is used"]
+            said = one_line(err, limit=SAID, cause=False)
+            return [f"the model's own chat template cannot be rendered ({said}); template {name!r} is used"]
         prompt, answer = self.template.encode_oneturn(self.tokenizer, messages)
         if list(own) == prompt + answer:
             return []
@@ -239,7 +235,7 @@ class _Watch:
         self.loaded: list[int] = []  # rows of each training dataset, in the order of ``dataset:``
         self.phase = "train"
         self._merges = 0
-        self._undo: list[Callable[[], None]] = []
+        self._patches = Patches()
         self._batch: dict[str, Any] = {}
         self._example: dict[str, Any] = {}
 
@@ -271,22 +267,14 @@ class _Watch:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        for undo in reversed(self._undo):
-            undo()
+        self._patches.undo()
         global _ACTIVE
         _ACTIVE = None
 
     def _patch(self, owner: Any, name: str, hook: Callable[..., Any], method: bool = False) -> None:
-        had = name in vars(owner)
-        original = vars(owner)[name] if had else getattr(owner, name)
+        self._patches.callback(_ORIGINALS.pop, (owner, name), None)  # undone after the name is put back
+        original = self._patches.setattr(owner, name, _Hooked(owner, name))
         _ORIGINALS[(owner, name)] = (original, hook.__name__, method)
-        setattr(owner, name, _Hooked(owner, name))
-
-        def undo() -> None:
-            setattr(owner, name, original) if had else delattr(owner, name)
-            _ORIGINALS.pop((owner, name), None)
-
-        self._undo.append(undo)
 
     # -- in the main process
     def _on_merge(self, original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -447,8 +435,3 @@ def _replace(staging: Path, target: Path, config: dict[str, Any]) -> None:
     except OSError as err:
         raise UsageError(f"cannot write {target}: {reason(err)}") from None
     shutil.rmtree(old, ignore_errors=True)
-
-
-def _line(err: BaseException) -> str:
-    text = " ".join(str(err).split()) or type(err).__name__
-    return text if len(text) < 300 else text[:300] + "..."

@@ -28,8 +28,10 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .dry_parts import Launch, _words
+from ..errors import one_line
+from .dry_parts import Launch
 from .memory import ActivationTrace, sequences_per_forward
+from .patching import Patches
 
 # Run on the built model before the trace, each handed the launch: the forecast's FLOP count
 # (forecast/run.py count_step_flops, added only while a check asks for the forecast)
@@ -59,7 +61,7 @@ def trace_step(launch: Launch) -> None:
     try:
         found = trace_activations(launch.model, sequences, int(launch.data_args.cutoff_len), compute)
     except Exception as exc:  # the formula serves; the reason is said, not raised
-        why = f"{_words(exc)}; the estimate uses the per-family formula"
+        why = f"{one_line(exc)}; the estimate uses the per-family formula"
         run.skip("the activations on the built model", why, case="estimate")
         return
     run.built = dataclasses.replace(run.built, activations=found)
@@ -101,18 +103,16 @@ def trace_activations(
         _two_of_each_kind(model, all_layers, every_layer) as (layers, stands_for),
     ):
         recorder = _Recorder(owned, stands_for)
-        handles = recorder.hook(model, layers, output)
         autocast = (
             torch.autocast("cpu", dtype=getattr(torch, compute_dtype)) if compute_dtype else contextlib.nullcontext()
         )
-        try:
+        with contextlib.ExitStack() as hooks:
+            for handle in recorder.hook(model, layers, output):
+                hooks.callback(handle.remove)
             with mode, autocast, torch.autograd.graph.saved_tensors_hooks(recorder.pack, lambda x: x):
                 ids = torch.zeros(sequences, length, dtype=torch.long)
                 extra = {"token_type_ids": torch.zeros_like(ids)} if _needs_token_types(model) else {}
                 model(input_ids=ids, use_cache=False, **extra)
-        finally:
-            for handle in handles:
-                handle.remove()
     vocab = int(output.weight.shape[0]) if output is not None else 0
     return recorder.result(sequences * length, vocab)
 
@@ -204,9 +204,8 @@ def _faked(model: Any, mode: Any) -> Iterator[set[int]]:
     one tensor); put the originals back after. Yields the fakes' storage keys."""
     import torch
 
-    swapped: list[tuple[Any, str, str, Any]] = []
     made: dict[int, Any] = {}
-    try:
+    with Patches() as patches:
         with mode:
             for module in model.modules():
                 for kind in ("_parameters", "_buffers"):
@@ -219,12 +218,8 @@ def _faked(model: Any, mode: Any) -> Iterator[set[int]]:
                             if kind == "_parameters":
                                 fake = torch.nn.Parameter(fake, requires_grad=tensor.requires_grad)
                             made[id(tensor)] = fake
-                        swapped.append((table, name, kind, tensor))
-                        table[name] = made[id(tensor)]
+                        patches.setitem(table, name, made[id(tensor)])
         yield {fake.untyped_storage()._cdata for fake in made.values()}
-    finally:
-        for table, name, _kind, tensor in reversed(swapped):
-            table[name] = tensor
 
 
 @contextlib.contextmanager
@@ -234,14 +229,10 @@ def _checkpointing_off(model: Any) -> Iterator[list[Any]]:
     from transformers.modeling_layers import GradientCheckpointingLayer
 
     layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
-    flags = [getattr(m, "gradient_checkpointing", False) for m in layers]
-    try:
+    with Patches() as patches:
         for layer in layers:
-            layer.gradient_checkpointing = False
+            patches.setattr(layer, "gradient_checkpointing", False)
         yield layers
-    finally:
-        for layer, flag in zip(layers, flags, strict=True):
-            layer.gradient_checkpointing = flag
 
 
 @contextlib.contextmanager
@@ -258,10 +249,9 @@ def _two_of_each_kind(model: Any, layers: list[Any], every_layer: bool) -> Itera
     if not lists:
         yield layers, [[i] for i in range(len(layers))]
         return
-    undo: list[Any] = []
     run: list[Any] = []
     stands_for: list[list[int]] = []
-    try:
+    with Patches() as patches:
         for parent, name in lists:
             full = parent._modules[name]
             config = getattr(parent, "config", None)
@@ -276,17 +266,12 @@ def _two_of_each_kind(model: Any, layers: list[Any], every_layer: bool) -> Itera
                 if len(members) > 1:
                     kept[members[1]] = members[1:]
             order = sorted(kept)
-            undo.append((parent._modules, name, full))
-            parent._modules[name] = torch.nn.ModuleList([full[i] for i in order])
+            patches.setitem(parent._modules, name, torch.nn.ModuleList([full[i] for i in order]))
             if types is not None:
-                undo.append((config.__dict__, "layer_types", config.layer_types))
-                config.layer_types = [types[i] for i in order]
+                patches.setitem(config.__dict__, "layer_types", [types[i] for i in order])
             run += [full[i] for i in order]
             stands_for += [[position[id(full[j])] for j in kept[i]] for i in order]
         yield run, stands_for
-    finally:
-        for table, key, value in reversed(undo):
-            table[key] = value
 
 
 def _layer_lists(model: Any, position: dict[int, int]) -> list[tuple[Any, str]]:
@@ -332,15 +317,12 @@ def _rows_unpacked() -> Iterator[None]:
     except ImportError:  # no such check in this transformers
         yield
         return
-    original = getattr(masking_utils, "find_packed_sequence_indices", None)
-    if original is None:
+    if getattr(masking_utils, "find_packed_sequence_indices", None) is None:
         yield
         return
-    masking_utils.find_packed_sequence_indices = lambda position_ids: None
-    try:
+    with Patches() as patches:
+        patches.setattr(masking_utils, "find_packed_sequence_indices", lambda position_ids: None)
         yield
-    finally:
-        masking_utils.find_packed_sequence_indices = original
 
 
 def _output_embedding(model: Any) -> Any:

@@ -14,12 +14,13 @@ import contextlib
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from ..errors import one_line
 from .causes import cause_of
-from .dry_parts import Launch, _words, user_offline
+from .dry_parts import Launch, user_offline
+from .patching import Patches
 
 
 def load_data(launch: Launch) -> None:
-    from llamafactory.data import get_dataset
     from llamafactory.extras.misc import has_tokenized_data
 
     data_args, model_args = launch.data_args, launch.model_args
@@ -35,49 +36,49 @@ def load_data(launch: Launch) -> None:
             launch.run.skip("the data pipeline", f"{', '.join(remote)} is not a local file; the dry run reads none")
         return
     split = _SplitSpy(launch, data_args.streaming)
-    saved = {
-        "max_samples": data_args.max_samples,
-        "tokenized_path": data_args.tokenized_path,
-        "overwrite_cache": data_args.overwrite_cache,
-        "preprocessing_num_workers": data_args.preprocessing_num_workers,
-        "val_size": data_args.val_size,  # the full-size split may set the capped run's share
-        "cache_dir": model_args.cache_dir,
-    }
     launch.user_max_samples = data_args.max_samples
-    if not data_args.streaming:  # LLaMA-Factory refuses max_samples with streaming (data_args.py)
-        data_args.max_samples = _RecordingCap(min(data_args.max_samples or launch.rows_cap, launch.rows_cap), split)
-    if data_args.tokenized_path is not None:  # LLaMA-Factory would save there: save into tmp instead
-        data_args.tokenized_path = str(launch.tmp / "tokenized")
-    data_args.overwrite_cache = True
-    data_args.preprocessing_num_workers = None  # a pool of workers costs more than a few hundred rows
-    model_args.cache_dir = str(launch.tmp / "datasets-cache")
+    with Patches() as patches:
+        patches.setattr(data_args, "val_size", data_args.val_size)  # kept: the full-size split may set it
+        if not data_args.streaming:  # LLaMA-Factory refuses max_samples with streaming (data_args.py)
+            cap = _RecordingCap(min(data_args.max_samples or launch.rows_cap, launch.rows_cap), split)
+            patches.setattr(data_args, "max_samples", cap)
+        if data_args.tokenized_path is not None:  # LLaMA-Factory would save there: save into tmp instead
+            patches.setattr(data_args, "tokenized_path", str(launch.tmp / "tokenized"))
+        patches.setattr(data_args, "overwrite_cache", True)
+        patches.setattr(data_args, "preprocessing_num_workers", None)  # a pool costs more than a few hundred rows
+        patches.setattr(model_args, "cache_dir", str(launch.tmp / "datasets-cache"))
+        module = _capped_dataset(launch, split)
+    if module is not None:
+        _count_rows(launch, module, split)
+
+
+def _capped_dataset(launch: Launch, split: _SplitSpy) -> Mapping[str, Any] | None:
+    """LLaMA-Factory's ``get_dataset`` on the capped arguments; None (an error said) where it refuses."""
+    from llamafactory.data import get_dataset
+
     try:
         with split.installed():
-            module = get_dataset(
+            return get_dataset(
                 launch.template,
-                model_args,
-                data_args,
+                launch.model_args,
+                launch.data_args,
                 launch.training_args,
                 stage=launch.run.data_stage,
                 **launch.tokenizer_module,
             )
     except Exception as exc:
         if split.error is None:  # the full-size split refused already, with datasets' words
-            cause = cause_of("DATA_PIPELINE_REFUSED", _words(exc), launch.config)
+            cause = cause_of("DATA_PIPELINE_REFUSED", one_line(exc), launch.config)
             launch.run.error(
                 code="DATA_PIPELINE_REFUSED",
                 message=f"LLaMA-Factory's data pipeline (get_dataset, stage={launch.run.data_stage!r} for "
-                f"stage {launch.run.stage!r}) refused: {_words(exc)}",
+                f"stage {launch.run.stage!r}) refused: {one_line(exc)}",
                 fix_as="pipeline" if cause.case == "other" else cause.case,
                 fix_with=cause.values,
                 key=cause.key or "dataset",
                 remedy=cause.remedy,
             )
-        return
-    finally:
-        for name, value in saved.items():
-            setattr(model_args if name == "cache_dir" else data_args, name, value)
-    _count_rows(launch, module, split)
+        return None
 
 
 def _workers_accepted(launch: Launch) -> bool:
@@ -95,7 +96,7 @@ def _workers_accepted(launch: Launch) -> bool:
         launch.run.error(
             code="DATA_WORKERS_REFUSED",
             message=f"datasets refuses preprocessing_num_workers {workers!r}, which LLaMA-Factory passes as "
-            f"num_proc to load_dataset and Dataset.map: {_words(exc)}",
+            f"num_proc to load_dataset and Dataset.map: {one_line(exc)}",
             key="preprocessing_num_workers",
             remedy={"preprocessing_num_workers": None},
         )
@@ -130,9 +131,8 @@ def _hub_datasets_reachable_offline(launch: Launch) -> bool:
 
     from datasets import load_dataset_builder
 
-    saved = datasets.config.HF_HUB_OFFLINE
-    datasets.config.HF_HUB_OFFLINE = True
-    try:
+    with Patches() as patches:
+        patches.setattr(datasets.config, "HF_HUB_OFFLINE", True)
         for attr in _remote_attrs(launch):
             if attr.load_from != "hf_hub":
                 continue  # ModelScope, Modelers, scripts: their own downloads
@@ -148,13 +148,12 @@ def _hub_datasets_reachable_offline(launch: Launch) -> bool:
                 launch.run.error(
                     code="DATASET_NOT_IN_CACHE_OFFLINE",
                     message=f"dataset {attr} is a Hugging Face Hub dataset not in the cache, and the environment "
-                    f"is offline (HF_DATASETS_OFFLINE / HF_HUB_OFFLINE): datasets' load_dataset_builder: {_words(exc)}",
+                    "is offline (HF_DATASETS_OFFLINE / HF_HUB_OFFLINE): datasets' load_dataset_builder: "
+                    f"{one_line(exc)}",
                     fix_with={"dataset": attr.dataset_name},
                     key="dataset",
                 )
                 return False
-    finally:
-        datasets.config.HF_HUB_OFFLINE = saved
     return True
 
 
@@ -193,7 +192,7 @@ def _tokenized_data(launch: Launch, path: str) -> None:
         launch.run.error(
             code="DATA_PIPELINE_REFUSED",
             message=f"LLaMA-Factory would load tokenized_path {path}, and datasets' "
-            f"load_from_disk refused: {_words(exc)}",
+            f"load_from_disk refused: {one_line(exc)}",
             fix_as="tokenized",
             key="tokenized_path",
         )
@@ -258,14 +257,12 @@ class _SplitSpy:
             self.dry = {"train": _length(train.get("train")), "eval": sum(_length(d) for d in evals.values())}
             return train, evals
 
-        loader.split_dataset = split_dataset
-        try:
+        with Patches() as patches:
+            patches.setattr(loader, "split_dataset", split_dataset)
             yield
-        finally:
-            loader.split_dataset = original
 
     def refused(self, exc: Exception, rows: int) -> None:
-        self.error = _words(exc)
+        self.error = one_line(exc)
         self.launch.run.error(
             code="DATA_SPLIT_REFUSED",
             message=f"On the full data ({rows} rows), LLaMA-Factory's split_dataset (datasets' train_test_split) "

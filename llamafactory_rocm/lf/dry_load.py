@@ -35,11 +35,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import one_line
 from ..findings import Finding, Level
 from .commands import command_entry
-from .dry_parts import DryRun, _hub_offline, _meta_limitation, _words, reachable
+from .dry_parts import DryRun, _meta_limitation, reachable
+from .patching import Patches, llamafactory_call
 from .text_only import text_only_llamafactory
-from .verdict import _quiet, _restored_environ
 
 # The LLaMA-Factory module each command runs whose guarded imports it then uses unguarded, and the name it
 # uses first: its entry's ``guarded_imports`` (lf/commands.py REGISTRY; docs/after-training.md#t10).
@@ -71,15 +72,14 @@ def command_packages(command: str) -> tuple[CommandPackage, ...]:
         module = importlib.import_module(name)
         from llamafactory.extras import packages
     found = []
-    original = packages._is_package_available
     asked: list[str] = []
 
     def recording(package: str) -> bool:
         asked.append(package)
         return original(package)
 
-    packages._is_package_available = recording
-    try:
+    with Patches() as patches:
+        original = patches.setattr(packages, "_is_package_available", recording)
         for attr, value in sorted(vars(module).items()):
             if not (callable(value) and getattr(value, "__module__", "") == packages.__name__):
                 continue
@@ -88,8 +88,6 @@ def command_packages(command: str) -> tuple[CommandPackage, ...]:
             asked.clear()
             available = bool(value())
             found.append(CommandPackage(attr, asked[-1] if asked else attr[3:-10], available))
-    finally:
-        packages._is_package_available = original
     return tuple(found)
 
 
@@ -140,15 +138,12 @@ def meta_load_model(load_model: Callable[..., Any]) -> Callable[..., Any]:
     import torch
 
     def load(tokenizer: Any, model_args: Any, finetuning_args: Any, *args: Any, **kwargs: Any) -> Any:
-        saved, default = model_args.train_from_scratch, torch.get_default_dtype()
-        model_args.train_from_scratch = True
-        try:
-            with torch.device("meta"):
-                torch.set_default_dtype(_checkpoint_dtype(model_args.model_name_or_path) or default)
-                return load_model(tokenizer, model_args, finetuning_args, *args, **kwargs)
-        finally:
-            model_args.train_from_scratch = saved
-            torch.set_default_dtype(default)
+        with Patches() as patches, torch.device("meta"):
+            patches.setattr(model_args, "train_from_scratch", True)
+            default = torch.get_default_dtype()
+            patches.callback(torch.set_default_dtype, default)
+            torch.set_default_dtype(_checkpoint_dtype(model_args.model_name_or_path) or default)
+            return load_model(tokenizer, model_args, finetuning_args, *args, **kwargs)
 
     return load
 
@@ -166,16 +161,15 @@ def _checkpoint_dtype(name_or_path: str) -> Any:
     return None if found.get("torch_dtype") or found.get("dtype") else torch.bfloat16
 
 
-class _Stages:
-    """Which of LLaMA-Factory's steps is running: names in its modules wrapped to record it."""
+class _Stages(Patches):
+    """Which of LLaMA-Factory's steps is running: names in its modules wrapped to record it, until undone."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.current = "parse"
-        self._saved: list[tuple[Any, str, Any]] = []
 
     def wrap(self, module: Any, name: str, stage: str, replace: Callable[..., Any] | None = None) -> None:
-        original = getattr(module, name)
-        inner = replace or original
+        inner = replace or getattr(module, name)
 
         def step(*args: Any, **kwargs: Any) -> Any:
             before, self.current = self.current, stage
@@ -183,13 +177,7 @@ class _Stages:
             self.current = before
             return result
 
-        self._saved.append((module, name, original))
-        setattr(module, name, step)
-
-    def restore(self) -> None:
-        for module, name, original in reversed(self._saved):
-            setattr(module, name, original)
-        self._saved.clear()
+        self.setattr(module, name, step)
 
 
 class _ReachedSave(Exception):
@@ -222,7 +210,7 @@ _STEP_CODE = {  # step -> (code, what refused, key); the fix is the code's regis
 
 def _refused(run: DryRun, stage: str, exc: BaseException, config: Mapping[str, Any]) -> None:
     code, what, key = _STEP_CODE.get(stage, _STEP_CODE["model"])
-    text = _words(exc)
+    text = one_line(exc)
     if _meta_limitation(exc):  # a step that needs real weights (an op without a meta kernel): not a verdict
         run.skip(f"{what} and what follows", f"it needs real weights: {text}")
         return
@@ -320,7 +308,7 @@ def _dry_export(run: DryRun, config: Mapping[str, Any], model_args: Any) -> None
     except Exception as exc:
         _refused(run, stages.current, exc, config)
     finally:
-        stages.restore()
+        stages.undo()
 
 
 # -- chat --------------------------------------------------------------------------------------------
@@ -347,7 +335,7 @@ def _dry_chat(run: DryRun, config: Mapping[str, Any], model_args: Any, command: 
         _refused(run, stages.current, exc, config)
         return
     finally:
-        stages.restore()
+        stages.undo()
     loop = getattr(chat, "_loop", None)
     if loop is not None:  # ChatModel starts its event loop in a daemon thread: stop it
         loop.call_soon_threadsafe(loop.stop)
@@ -442,8 +430,7 @@ def workflow_models(
     built: list[tuple[str, Any, int | None]] = []
     if not calls:
         return built
-    original = trainer_utils.load_model
-    meta = meta_load_model(original)
+    meta = meta_load_model(trainer_utils.load_model)
     loaded: list[tuple[Any, int | None]] = []
 
     def load(tokenizer: Any, args: Any, *rest: Any, **kwargs: Any) -> Any:
@@ -451,14 +438,14 @@ def workflow_models(
         loaded.append((made, args.quantization_bit))
         return made
 
-    trainer_utils.load_model = load
-    try:
+    with Patches() as patches:
+        patches.setattr(trainer_utils, "load_model", load)
         for which, call in calls:
             loaded.clear()
             try:
                 call()
             except Exception as exc:
-                text = _words(exc)
+                text = one_line(exc)
                 if _meta_limitation(exc):
                     run.skip(f"the {which} model", f"it needs real weights: {text}")
                     continue
@@ -471,8 +458,6 @@ def workflow_models(
                 )
                 continue
             built += [(which, made, bits) for made, bits in loaded]
-    finally:
-        trainer_utils.load_model = original
     return built
 
 
@@ -494,17 +479,14 @@ def dry_load(config: Mapping[str, Any], command: str, *, planned: bool = False) 
         return run
     with text_only_llamafactory():
         from llamafactory.hparams import get_infer_args
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(_restored_environ())
-        stack.enter_context(_quiet())
-        stack.enter_context(_hub_offline())
-        stack.enter_context(warnings.catch_warnings())
+    with llamafactory_call() as patches:
+        patches.enter_context(warnings.catch_warnings())
         warnings.simplefilter("ignore")  # peft's and torch's notes on meta tensors
-        stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
+        patches.enter_context(contextlib.redirect_stdout(io.StringIO()))
         try:
             model_args = get_infer_args(dict(config))[0]
         except (Exception, SystemExit) as exc:  # command_verdict reports the parser's refusal itself
-            run.skip("the dry load", f"get_infer_args refused the config: {_words(exc)}")
+            run.skip("the dry load", f"get_infer_args refused the config: {one_line(exc)}")
             return run
         if not _reachable(run, model_args):
             return run

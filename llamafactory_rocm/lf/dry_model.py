@@ -22,9 +22,11 @@ import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
+from ..errors import one_line
 from .causes import cause_of
-from .dry_parts import Launch, _meta_limitation, _words
+from .dry_parts import Launch, _meta_limitation
 from .memory import OtherModel, count_model
+from .patching import Patches
 from .stages import adds_valuehead
 
 
@@ -37,17 +39,17 @@ def tokenizer_and_template(launch: Launch) -> None:
     except Exception as exc:
         launch.run.error(
             code="TOKENIZER_REFUSED",
-            message=f"LLaMA-Factory's load_tokenizer failed: {_words(exc)}",
+            message=f"LLaMA-Factory's load_tokenizer failed: {one_line(exc)}",
             key="model_name_or_path",
         )
         return
     try:
         launch.template = get_template_and_fix_tokenizer(launch.tokenizer_module["tokenizer"], launch.data_args)
     except Exception as exc:
-        cause = cause_of("TEMPLATE_REFUSED", f"{type(exc).__name__}: {_words(exc)}", launch.config)
+        cause = cause_of("TEMPLATE_REFUSED", f"{type(exc).__name__}: {one_line(exc)}", launch.config)
         launch.run.error(
             code="TEMPLATE_REFUSED",
-            message=f"LLaMA-Factory's get_template_and_fix_tokenizer refused: {_words(exc)}",
+            message=f"LLaMA-Factory's get_template_and_fix_tokenizer refused: {one_line(exc)}",
             fix_as=cause.case,
             fix_with=cause.values,
             key=cause.key or "template",
@@ -79,7 +81,7 @@ def build_model(launch: Launch) -> None:
                 add_valuehead,
             )
     except Exception as exc:
-        text = _words(exc)
+        text = one_line(exc)
         if _meta_limitation(exc):  # a step that needs real weights (e.g. PiSSA's SVD): not a verdict
             launch.run.skip("the model's adapter set-up", f"it needs real weights: {text}")
             return
@@ -138,7 +140,7 @@ def _quantization_packages_recorded(missing: list[tuple[str, str]]) -> Iterator[
         try:
             check_version(requirement, mandatory=mandatory)
         except ImportError as exc:
-            missing.append((requirement, _words(exc)))
+            missing.append((requirement, one_line(exc)))
 
     def configured(*args: Any, **kwargs: Any) -> None:
         before = len(missing)
@@ -148,11 +150,10 @@ def _quantization_packages_recorded(missing: list[tuple[str, str]]) -> Iterator[
             if len(missing) == before:  # not for want of the package: LLaMA-Factory's refusal, said as such
                 raise
 
-    quantization.check_version, patcher.configure_quantization = recorded, configured
-    try:
+    with Patches() as patches:
+        patches.setattr(quantization, "check_version", recorded)
+        patches.setattr(patcher, "configure_quantization", configured)
         yield
-    finally:
-        quantization.check_version, patcher.configure_quantization = check_version, configure_quantization
 
 
 @contextlib.contextmanager
@@ -184,14 +185,12 @@ def _attention_kernel_recorded(refusals: list[str]) -> Iterator[None]:
                 f"LLaMA-Factory sets gpt-oss's attention to the hub kernel kernels-community/vllm-flash-attn3 "
                 f"(FlashAttention-3, built for NVIDIA Hopper; no ROCm build) whatever flash_attn says, with "
                 f"transformers' load_and_register_kernel (llamafactory/model/model_utils/attention.py:{at}, "
-                f"configure_attn_implementation), and that fails: {_words(exc)}"
+                f"configure_attn_implementation), and that fails: {one_line(exc)}"
             )
 
-    patcher.configure_attn_implementation = recorded
-    try:
+    with Patches() as patches:
+        patches.setattr(patcher, "configure_attn_implementation", recorded)
         yield
-    finally:
-        patcher.configure_attn_implementation = configure
 
 
 def _count_without_quantization(launch: Launch, load_model: Any, is_trainable: bool, add_valuehead: bool) -> None:
@@ -202,15 +201,18 @@ def _count_without_quantization(launch: Launch, load_model: Any, is_trainable: b
     memory estimate, which stores its nn.Linear weights at quantization_bit. It is not handed to later steps."""
     from .dry_load import meta_load_model
 
-    bits, launch.model_args.quantization_bit = launch.model_args.quantization_bit, None
     try:
-        model = meta_load_model(load_model)(
-            launch.tokenizer_module["tokenizer"], launch.model_args, launch.finetuning_args, is_trainable, add_valuehead
-        )
+        with Patches() as patches:
+            patches.setattr(launch.model_args, "quantization_bit", None)
+            model = meta_load_model(load_model)(
+                launch.tokenizer_module["tokenizer"],
+                launch.model_args,
+                launch.finetuning_args,
+                is_trainable,
+                add_valuehead,
+            )
     except Exception:  # refused for another reason too: that one shows once bitsandbytes is there
         return
-    finally:
-        launch.model_args.quantization_bit = bits
     launch.run.built = count_model(model)
 
 

@@ -1,18 +1,17 @@
 """The parts of a dry launch that training's (lf/dry_run.py) and the after-training commands' (lf/dry_load.py)
-share: the result, the Hub kept offline, an exception's words, the meta device's limits, and whether the model
-is reachable without a download; and what the training launch's steps hand on to each other (``Launch``)."""
+share: the result, the meta device's limits, and whether the model is reachable without a download; and what
+the training launch's steps hand on to each other (``Launch``). An exception's words: errors.py ``one_line``."""
 
 from __future__ import annotations
 
-import contextlib
 import dis
 import inspect
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import one_line
 from ..findings import Finding, Level
 from .memory import ModelMemory
 
@@ -89,27 +88,6 @@ class Launch:
     step: str = "workflow"  # the launch step running now, for a type error's message
 
 
-@contextlib.contextmanager
-def _hub_offline() -> Iterator[None]:
-    """Nothing is downloaded: huggingface_hub answers from the cache only (its HF_HUB_OFFLINE switch)."""
-    import huggingface_hub.constants as hub
-
-    saved = hub.HF_HUB_OFFLINE
-    hub.HF_HUB_OFFLINE = True
-    try:
-        yield
-    finally:
-        hub.HF_HUB_OFFLINE = saved
-
-
-def _words(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    cause = exc.__cause__
-    if cause is not None and str(cause) and str(cause) not in text:
-        text += f" ({' '.join(str(cause).split())})"
-    return text if len(text) <= 600 else text[:597] + "..."
-
-
 def _meta_limitation(exc: BaseException) -> bool:
     """Whether ``exc`` is the meta device's limit rather than a refusal, told by its type and where it was
     raised, not its words: a NotImplementedError raised inside torch or by a native op (an op without a
@@ -168,7 +146,7 @@ def reachable(run: DryRun, model_args: Any, *, offline_refuses: bool = False) ->
         run.error(
             code="MODEL_NOT_FOUND",
             message=f"model_name_or_path {name} is not a folder here and not a Hugging Face repo id "
-            f"(huggingface_hub: {_words(exc)}).",
+            f"(huggingface_hub: {one_line(exc)}).",
             fix_as="path",
             key="model_name_or_path",
         )
@@ -191,8 +169,8 @@ def reachable(run: DryRun, model_args: Any, *, offline_refuses: bool = False) ->
 
 
 def user_offline(what: str) -> bool:
-    """Whether the run, in this environment, may not download (the dry run itself never does: ``_hub_offline``).
-    ``what``: "hub" (models: huggingface_hub's HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE) or "datasets"
+    """Whether the run, in this environment, may not download (the dry run itself never does: lf/patching.py
+    ``hub_offline``). ``what``: "hub" (models: huggingface_hub's HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE) or "datasets"
     (datasets' HF_DATASETS_OFFLINE, which defaults to the hub's). Read from the environment now, with the
     libraries' own parsing (huggingface_hub's constants and datasets' config modules read them at import)."""
     import huggingface_hub.constants as hub

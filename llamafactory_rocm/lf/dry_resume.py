@@ -11,9 +11,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..errors import one_line
 from ..findings import Level
 from .causes import free_folder
-from .dry_parts import Launch, Resume, _words
+from .dry_parts import Launch, Resume
 
 TRAINER_STATE_NAME = "trainer_state.json"  # transformers/trainer.py: TRAINER_STATE_NAME (pinned by a test)
 FSDP_MODEL_NAME = "pytorch_model_fsdp"  # transformers/trainer.py: FSDP_MODEL_NAME (pinned by a test)
@@ -90,7 +91,7 @@ def _trainer_state_loads(launch: Launch, checkpoint: Path) -> bool:
         launch.run.error(
             code="CHECKPOINT_STATE_INCOMPATIBLE",
             message=f"{checkpoint / TRAINER_STATE_NAME} was written by another transformers version: the installed "
-            f"one, resuming, raises {type(exc).__name__}: {_words(exc)}",
+            f"one, resuming, raises {type(exc).__name__}: {one_line(exc)}",
             fix_as="explicit" if explicit else "output_dir",
             fix_with={"value": os.path.join(os.path.dirname(str(args.output_dir).rstrip("/")) or ".", "new-run")},
             key="resume_from_checkpoint" if explicit else "output_dir",

@@ -9,8 +9,9 @@ each step in its module with the differences it makes so that nothing heavy is l
 written where the user looks:
 
 - here: the stage's workflow and its trainer's version pins, and ``output_dir``; the Hub is offline for the
-  whole call (``huggingface_hub.constants.HF_HUB_OFFLINE``): a model or tokenizer that is neither a folder
-  nor in the Hugging Face cache is "not checked", never downloaded (lf/dry_parts.py ``reachable``).
+  whole call (``huggingface_hub.constants.HF_HUB_OFFLINE``, set by lf/patching.py ``llamafactory_call``): a
+  model or tokenizer that is neither a folder nor in the Hugging Face cache is "not checked", never
+  downloaded (lf/dry_parts.py ``reachable``).
 - lf/dry_model.py: the tokenizer and template; the model built on torch's meta device, and the workflow's
   reference and reward models (docs/llamafactory-launch.md#d5).
 - lf/dry_data.py: the data pipeline on at most ``rows_cap`` rows per dataset, the split on the full row
@@ -28,20 +29,21 @@ import io
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..errors import one_line
 from .causes import free_folder
 from .dry_activations import trace_step
 from .dry_data import load_data
 from .dry_model import build_model, build_workflow_models, tokenizer_and_template
-from .dry_parts import DryRun, Launch, _hub_offline, _words, reachable
+from .dry_parts import DryRun, Launch, reachable
 from .dry_resume import check_resume
 from .dry_trainer import trainer_setup
+from .patching import llamafactory_call, progress_bars_off
 from .stages import NoWorkflow, UnknownStage, conflicting_requirement, data_stage, trainer_requirements
 from .text_only import text_only_llamafactory
-from .verdict import _quiet, _restored_environ
 
 
 def dry_launch(
@@ -63,20 +65,18 @@ def dry_launch(
         import llamafactory.data
         import llamafactory.model  # noqa: F401
         from llamafactory.hparams import get_train_args
-    with contextlib.ExitStack() as stack:
-        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="lfrocm-dry-")))
-        stack.enter_context(_restored_environ())  # get_train_args sets environment variables
-        stack.enter_context(_quiet())
-        stack.enter_context(_hub_offline())
-        stack.enter_context(_no_progress_bars())
+    with tempfile.TemporaryDirectory(prefix="lfrocm-dry-") as folder, llamafactory_call() as patches:
+        tmp = Path(folder)
+        progress_bars_off(patches)
         # LLaMA-Factory prints a training example (loader.py _get_preprocessed_dataset, print_data_example)
-        stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
+        patches.enter_context(contextlib.redirect_stdout(io.StringIO()))
         start = time.perf_counter()
         try:
             args = parsed if parsed is not None else get_train_args(dict(config))
         except (Exception, SystemExit) as exc:
             run.timings["parse"] = time.perf_counter() - start
-            run.skip("LLaMA-Factory's launch after get_train_args", f"get_train_args refused the config: {_words(exc)}")
+            refused = f"get_train_args refused the config: {one_line(exc)}"
+            run.skip("LLaMA-Factory's launch after get_train_args", refused)
             return run
         run.timings["parse"] = time.perf_counter() - start
         launch = Launch(
@@ -109,7 +109,7 @@ def _stopped_by_unconverted_values(run: DryRun, config: Mapping[str, Any], step:
             code="VALUE_TYPE_STOPS_LAUNCH",
             message=f"{', '.join(f'{k}: null' for k in nulls[:3])} where LLaMA-Factory's field has a value "
             f"(default {getattr(defaults[nulls[0]], 'value', defaults[nulls[0]])!r}); its parser hands null on, and "
-            f"the launch stops at its {step} step with {type(exc).__name__}: {_words(exc)}",
+            f"the launch stops at its {step} step with {type(exc).__name__}: {one_line(exc)}",
             fix_as="null",
             fix_with={"key": nulls[0]},
             key=nulls[0],
@@ -120,7 +120,7 @@ def _stopped_by_unconverted_values(run: DryRun, config: Mapping[str, Any], step:
     run.error(
         code="VALUE_TYPE_STOPS_LAUNCH",
         message=f"{named} where LLaMA-Factory's field takes a string; its parser hands YAML values on "
-        f"unconverted, and the launch stops at its {step} step with {type(exc).__name__}: {_words(exc)}",
+        f"unconverted, and the launch stops at its {step} step with {type(exc).__name__}: {one_line(exc)}",
         fix_as="string",
         fix_with={"key": suspects[0].key},
         key=suspects[0].key,
@@ -187,7 +187,7 @@ def _check_stage_requirements(launch: Launch) -> None:
             launch.run.error(
                 code="STAGE_PACKAGE_VERSION",
                 message=f"LLaMA-Factory's {stage} trainer requires {requirement} (train/{stage}/trainer.py "
-                f"require_version), checked when it is built after the model is loaded: {_words(exc)}"
+                f"require_version), checked when it is built after the model is loaded: {one_line(exc)}"
                 + (f"; LLaMA-Factory itself requires {own} at start-up, so no version serves both" if own else ""),
                 fix_as="conflict" if own else "install",
                 fix_with={"requirement": requirement, "own": own, "stage": stage},
@@ -222,21 +222,8 @@ def _check_output_dir(launch: Launch) -> None:
     except OSError as exc:
         launch.run.error(
             code="OUTPUT_DIR_NOT_CREATABLE",
-            message=f"output_dir {out} cannot be created or written: at {base}, {type(exc).__name__}: {_words(exc)}",
+            message=f"output_dir {out} cannot be created or written: at {base}, {type(exc).__name__}: {one_line(exc)}",
             fix_with={"value": os.path.join("saves", os.path.basename(os.path.normpath(out)) or "run")},
             key="output_dir",
             remedy={"output_dir": os.path.join("saves", os.path.basename(os.path.normpath(out)) or "run")},
         )
-
-
-@contextlib.contextmanager
-def _no_progress_bars() -> Iterator[None]:
-    import datasets
-
-    enabled = datasets.utils.logging.is_progress_bar_enabled()
-    datasets.disable_progress_bars()
-    try:
-        yield
-    finally:
-        if enabled:
-            datasets.enable_progress_bars()

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..errors import one_line
 from .causes import cause_of
-from .dry_parts import Launch, _words
+from .dry_parts import Launch
 from .memory import optimizer_state_bytes
 from .work import work_of
 
@@ -31,7 +32,7 @@ def trainer_setup(launch: Launch) -> None:
         launch.run.error(
             code="TRAINER_SETUP_REFUSED",
             message=f"transformers' Trainer set-up refused {key} {getattr(args, key)!r}: "
-            f"TrainingArguments.get_process_log_level raised {type(exc).__name__}: {_words(exc)}",
+            f"TrainingArguments.get_process_log_level raised {type(exc).__name__}: {one_line(exc)}",
             fix_with={"key": key},
             key=key,
             remedy={key: None},
@@ -45,7 +46,7 @@ def trainer_setup(launch: Launch) -> None:
         launch.run.error(
             code=code,
             message="transformers' Trainer.get_optimizer_cls_and_kwargs refused optim "
-            f"{args.optim.value}: {_words(exc)}",
+            f"{args.optim.value}: {one_line(exc)}",
             key="optim",
             **({} if code == "OPTIMIZER_UNAVAILABLE" else {"fix_as": "optim", "remedy": {"optim": "adamw_torch"}}),
         )
@@ -63,10 +64,11 @@ def trainer_setup(launch: Launch) -> None:
                         launch.run.built, optimizer_bytes_per_parameter=per, optimizer=optimizer_cls.__name__
                     )
             except (TypeError, ValueError) as exc:
-                cause = cause_of("OPTIMIZER_REFUSED", _words(exc), launch.config)
+                cause = cause_of("OPTIMIZER_REFUSED", one_line(exc), launch.config)
                 launch.run.error(
                     code="OPTIMIZER_REFUSED",
-                    message=f"torch's {optimizer_cls.__name__} refused the trainer's arguments {kwargs}: {_words(exc)}",
+                    message=f"torch's {optimizer_cls.__name__} refused the trainer's arguments {kwargs}: "
+                    f"{one_line(exc)}",
                     key=cause.key,
                     fix_as=cause.case,
                     fix_with=cause.values,
@@ -86,7 +88,7 @@ def trainer_setup(launch: Launch) -> None:
             launch.run.error(
                 code="SCHEDULER_REFUSED",
                 message=f"transformers' get_scheduler refused lr_scheduler_type {args.lr_scheduler_type.value}: "
-                f"{_words(exc)}",
+                f"{one_line(exc)}",
                 key="lr_scheduler_kwargs" if args.lr_scheduler_kwargs else "lr_scheduler_type",
             )
     try:
@@ -95,7 +97,7 @@ def trainer_setup(launch: Launch) -> None:
     except (ImportError, RuntimeError, ValueError) as exc:
         launch.run.error(
             code="REPORTER_UNAVAILABLE",
-            message=f"transformers' reporting callback for report_to {args.report_to} refused: {_words(exc)}",
+            message=f"transformers' reporting callback for report_to {args.report_to} refused: {one_line(exc)}",
             key="report_to",
         )
     _check_fsdp(launch)
@@ -122,7 +124,7 @@ def _check_fsdp(launch: Launch) -> None:
             launch.run.error(
                 code="FSDP_REFUSED",
                 message=f"accelerate's FullyShardedDataParallelPlugin, built by the trainer for fsdp "
-                f"{' '.join(str(o.value) for o in args.fsdp)}, refused: {_words(exc)}",
+                f"{' '.join(str(o.value) for o in args.fsdp)}, refused: {one_line(exc)}",
                 fix_as="plugin",
                 key="fsdp",
             )
@@ -211,7 +213,7 @@ def _dataloader_refusal(rows: int, part: str, params: dict) -> str | None:
     try:
         DataLoader(data, sampler=sampler, **params)
     except (ValueError, TypeError) as exc:
-        return _words(exc)
+        return one_line(exc)
     return None
 
 

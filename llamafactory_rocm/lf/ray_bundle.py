@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from functools import cache
 
+from .patching import Patches
 from .text_only import text_only_llamafactory
 
 
@@ -19,15 +20,8 @@ def placement_bundle(device_name: str = "cpu") -> dict[str, int]:
     with text_only_llamafactory():
         from llamafactory.train import trainer_utils
 
-    saved = {name: trainer_utils.__dict__.get(name) for name in ("placement_group", "get_device_name")}
-    trainer_utils.placement_group = lambda bundles, strategy=None: bundles  # Ray's, recorded
-    trainer_utils.get_device_name = lambda: device_name
-    try:
+    with Patches() as patches:  # placement_group is there only where Ray is installed
+        patches.setattr(trainer_utils, "placement_group", lambda bundles, strategy=None: bundles, raising=False)
+        patches.setattr(trainer_utils, "get_device_name", lambda: device_name, raising=False)
         _, bundle = trainer_utils.get_placement_group(1)
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                trainer_utils.__dict__.pop(name, None)
-            else:
-                setattr(trainer_utils, name, value)
     return dict(bundle)

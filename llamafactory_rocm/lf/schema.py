@@ -18,6 +18,7 @@ from functools import lru_cache
 from typing import Any
 
 from ..errors import UsageError
+from .patching import Patches
 
 
 @dataclass(frozen=True)
@@ -285,23 +286,20 @@ class _Refused(Exception):
 def _parse_given(parser: Any, argv: list[str]) -> dict[str, Any]:
     """Run the real parser with every default suppressed, so only the flags given come back, and with
     conversion deferred, so a bad value becomes a finding naming it (``value_problems``), not an exit."""
-    saved = [(a, a.default, a.required, a.type, a.choices) for a in parser._actions]
-    saved_error = parser.error
 
     def refuse(message: str) -> None:
         raise _Refused(message)
 
     try:
-        for action in parser._actions:
-            action.default, action.required, action.type, action.choices = argparse.SUPPRESS, False, None, None
-        parser.error = refuse
-        namespace, unknown = parser.parse_known_args(argv)
+        with Patches() as patches:
+            unset = {"default": argparse.SUPPRESS, "required": False, "type": None, "choices": None}
+            for action in parser._actions:
+                for name, value in unset.items():
+                    patches.setattr(action, name, value)
+            patches.setattr(parser, "error", refuse)
+            namespace, unknown = parser.parse_known_args(argv)
     except _Refused as exc:
         raise UsageError(f"LLaMA-Factory's parser refuses these flags: {exc}.") from None
-    finally:
-        for action, default, required, kind, choices in saved:
-            action.default, action.required, action.type, action.choices = default, required, kind, choices
-        parser.error = saved_error
     given = {key: _convert(parser, key, value) for key, value in vars(namespace).items() if key != "help"}
     _refuse_non_choices(parser, given)
     given.update(_unknown_flags(unknown))

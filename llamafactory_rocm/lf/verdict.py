@@ -14,12 +14,10 @@ DeepSpeed's world is not built here (its JSON needs DeepSpeed and torchrun on th
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import os
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+
+from .patching import Patches, quiet_logs
 
 
 @dataclass(frozen=True)
@@ -45,44 +43,29 @@ class Verdict:
     parsed: Any = None  # what the parser returned when it accepted (get_train_args' dataclasses): parsed once
 
 
-@contextlib.contextmanager
-def _restored_environ() -> Iterator[None]:
-    saved = dict(os.environ)
-    try:
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+def _restored_environ() -> Patches:
+    """The environment put back after the ``with`` (``get_train_args`` sets variables)."""
+    patches = Patches()
+    patches.environ()
+    return patches
 
 
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """LLaMA-Factory and transformers log at info while parsing; the check prints its own report."""
-    import transformers
-
-    os.environ["LLAMAFACTORY_VERBOSITY"] = "ERROR"  # read by get_train_args to set transformers' level
-    verbosity = transformers.utils.logging.get_verbosity()
-    lf_logger = logging.getLogger("llamafactory")
-    level = lf_logger.level
-    lf_logger.setLevel(logging.ERROR)
-    transformers.utils.logging.set_verbosity_error()
-    try:
-        yield
-    finally:
-        lf_logger.setLevel(level)
-        transformers.utils.logging.set_verbosity(verbosity)
+def _quiet() -> Patches:
+    """LLaMA-Factory's and transformers' logs quiet for the ``with`` (lf/patching.py ``quiet_logs``)."""
+    patches = Patches()
+    quiet_logs(patches)
+    return patches
 
 
-@contextlib.contextmanager
-def device_answers_patched(answers: DeviceAnswers | None) -> Iterator[None]:
-    """Swap in the target's answers where transformers and LLaMA-Factory ask the device."""
+def device_answers_patched(answers: DeviceAnswers | None) -> Patches:
+    """Swap in the target's answers where transformers and LLaMA-Factory ask the device (for the ``with``)."""
+    patches = Patches()
     if answers is None:
-        yield
-        return
+        return patches
     import transformers.training_args as hf_args
     from llamafactory.hparams import parser as lf_parser
 
-    patches = [
+    swaps = [
         (hf_args, "is_torch_bf16_gpu_available", lambda: answers.bf16),
         (lf_parser, "is_torch_bf16_gpu_available", lambda: answers.bf16),
         (hf_args, "is_torch_tf32_available", lambda: answers.tf32),
@@ -91,12 +74,7 @@ def device_answers_patched(answers: DeviceAnswers | None) -> Iterator[None]:
         # and every cross-field rule of the parser still runs on the whole config.
         (lf_parser, "check_version", lambda *args, **kwargs: None),
     ]
-    saved = [(module, name, getattr(module, name)) for module, name, _ in patches if hasattr(module, name)]
-    try:
-        for module, name, answer in patches:
-            if hasattr(module, name):
-                setattr(module, name, answer)
-        yield
-    finally:
-        for module, name, original in saved:
-            setattr(module, name, original)
+    for module, name, answer in swaps:
+        if hasattr(module, name):
+            patches.setattr(module, name, answer)
+    return patches

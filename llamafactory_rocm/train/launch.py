@@ -21,6 +21,7 @@ from ..check.request import from_launch_args
 from ..check.run import Report, run_check
 from ..errors import EXIT_DIVERGED, EXIT_FINDINGS, EXIT_INTERNAL, EXIT_NODES_DISAGREE, EXIT_OK, EXIT_USAGE
 from ..findings import ACCEPT_ENV
+from ..lf.patching import Patches
 from ..lf.schema import output_dir_of
 from ..lf.text_only import text_only_llamafactory
 from .hook import CHECKED_ENV, EXIT_DIR_ENV, checked_token
@@ -55,18 +56,14 @@ def hand_over(resolved_yaml: Path) -> int:
     quiet_by_default()  # before LLaMA-Factory's first import: its loggers read LLAMAFACTORY_VERBOSITY once
     with text_only_llamafactory():
         from llamafactory import launcher
-    saved_argv = sys.argv
-    sys.argv = ["llamafactory-cli", "train", str(resolved_yaml)]
-    with tempfile.TemporaryDirectory(prefix="llamafactory-rocm-exit-") as exits:
-        os.environ[EXIT_DIR_ENV] = exits
+    with tempfile.TemporaryDirectory(prefix="llamafactory-rocm-exit-") as exits, Patches() as patches:
+        patches.setattr(sys, "argv", ["llamafactory-cli", "train", str(resolved_yaml)])
+        patches.setenv(EXIT_DIR_ENV, exits)
         try:
             launcher.launch()
         except subprocess.CalledProcessError as exc:  # a torchrun child failed; it printed why
             codes = {int(p.read_text()) for p in Path(exits).iterdir() if p.read_text().strip().isdigit()}
             return next((code for code in _RANK_CODES if code in codes), exc.returncode or 1)
-        finally:
-            sys.argv = saved_argv
-            os.environ.pop(EXIT_DIR_ENV, None)
     return EXIT_OK
 
 
