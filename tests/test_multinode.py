@@ -20,7 +20,7 @@ import yaml
 
 from llamafactory_rocm import presets
 from llamafactory_rocm.errors import EXIT_FINDINGS, EXIT_NODES_DISAGREE, EXIT_OK, EXIT_USAGE
-from llamafactory_rocm.train.agreement import SNAPSHOT_ENV, differences, disagreement_line, node_facts
+from llamafactory_rocm.train.agreement import differences, disagreement, log_line, node_facts
 from tests.conftest import SNAPSHOTS, load_snapshot, offline_env, tiny_train_config
 from tests.rank_record import RANKS_ENV
 from tests.simulated_node import node_env
@@ -57,9 +57,12 @@ def test_the_line_names_each_difference_and_the_nodes_holding_each_value():
     other = {**base, "learning_rate": 1e-4}
     peers = [peer(0, base), peer(0, base), peer(1, other), peer(1, other)]
     assert differences(peers) == ["learning_rate: 0.0002 on node 0 (host0), 0.0001 on node 1 (host1)"]
-    line = disagreement_line(peers)
-    assert line.startswith("llamafactory-rocm: NODES_DISAGREE: the 2 nodes (4 ranks) disagree")
+    line = log_line(disagreement(peers))
+    assert line.startswith("llamafactory-rocm: [error] NODES_DISAGREE: the 2 nodes (4 ranks) disagree")
     assert "stopped before step 1" in line and "\n" not in line
+    assert line.endswith("(more: llamafactory-rocm explain NODES_DISAGREE)")  # the fix is the code's entry
+    accepted = log_line(disagreement(peers, accepted=True))
+    assert accepted.startswith("llamafactory-rocm: [warning] NODES_DISAGREE: (accepted) the 2 nodes (4 ranks)")
 
 
 def test_ranks_of_one_node_that_differ_are_named_by_rank():
@@ -89,7 +92,7 @@ AGREE_SCRIPT = textwrap.dedent(
     """
     import json, os, sys
     import torch.distributed as dist
-    from llamafactory_rocm.train.agreement import NodeAgreement, NodesDisagree, SNAPSHOT_ENV
+    from llamafactory_rocm.train.agreement import NodeAgreement, NodesDisagree
     from llamafactory_rocm.machine.snapshot import Snapshot
 
     rank = int(os.environ["RANK"])
@@ -100,17 +103,15 @@ AGREE_SCRIPT = textwrap.dedent(
     config = {"learning_rate": 2e-4, "lora_rank": 16, "output_dir": f"/node{rank}/out"}
     dist.init_process_group("gloo")
     base = Snapshot.load(sys.argv[1])
-    os.environ[SNAPSHOT_ENV] = sys.argv[1]
     NodeAgreement(config, base).agree()  # equal: goes on
     say(json.dumps({"rank": rank, "equal": "passed"}))
-    if rank == 1:
-        os.environ[SNAPSHOT_ENV] = sys.argv[2]  # this "node" records other devices
+    mine = Snapshot.load(sys.argv[2]) if rank == 1 else base  # this "node" records other devices
     os.environ["LLAMAFACTORY_ROCM_ACCEPT"] = "NODES_DISAGREE"
-    NodeAgreement(config, base).agree()  # accepted: said, goes on
+    NodeAgreement(config, mine).agree()  # accepted: said, goes on
     say(json.dumps({"rank": rank, "accepted": "passed"}))
     os.environ["LLAMAFACTORY_ROCM_ACCEPT"] = ""
     try:
-        NodeAgreement(config, base).agree()
+        NodeAgreement(config, mine).agree()
     except NodesDisagree as stop:
         say(json.dumps({"rank": rank, "stopped": stop.code}))
         raise
@@ -122,7 +123,6 @@ def test_two_gloo_ranks_with_different_recorded_archs_stop_together(tmp_path):
     script = tmp_path / "agree.py"
     script.write_text(AGREE_SCRIPT)
     env = offline_env(tmp_path)
-    env.pop(SNAPSHOT_ENV, None)
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr",
                "127.0.0.1", "--master_port", str(free_port()), str(script), str(SNAPSHOTS / "mi300x_8gpu.json"),
                str(other_arch_snapshot(tmp_path))]  # fmt: skip
@@ -133,8 +133,10 @@ def test_two_gloo_ranks_with_different_recorded_archs_stop_together(tmp_path):
         (0, "equal"), (1, "equal"), (0, "accepted"), (1, "accepted"), (0, "stopped"), (1, "stopped")}  # fmt: skip
     assert all(s["stopped"] == EXIT_NODES_DISAGREE for s in said if "stopped" in s)
     assert result.returncode != 0 and f"exitcode  : {EXIT_NODES_DISAGREE}" in log
-    accepted = [ln for ln in log.splitlines() if "(accepted) NODES_DISAGREE" in ln]
-    stopped = [ln for ln in log.splitlines() if ln.startswith("llamafactory-rocm: NODES_DISAGREE")]
+    accepted = [
+        ln for ln in log.splitlines() if ln.startswith("llamafactory-rocm: [warning] NODES_DISAGREE: (accepted)")
+    ]
+    stopped = [ln for ln in log.splitlines() if ln.startswith("llamafactory-rocm: [error] NODES_DISAGREE")]
     assert len(accepted) == 1 and len(stopped) == 1  # one line per node: both ranks are LOCAL_RANK 0 and 1 here
     # one torchrun, so one node: the ranks are named
     assert 'device arch: ["gfx942:sramecc+:xnack-"] on rank 0 (node 0, ' in stopped[0]
@@ -147,14 +149,13 @@ def test_two_gloo_ranks_with_different_recorded_archs_stop_together(tmp_path):
 def start_node(rank: int, cwd: Path, config: Path, port: int, **extra: str) -> subprocess.Popen:
     env = offline_env(cwd, FORCE_TORCHRUN="1", NNODES="2", NODE_RANK=str(rank), NPROC_PER_NODE="1",
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))  # fmt: skip
-    env.pop(SNAPSHOT_ENV, None)
     env.update(extra)
     env = node_env(None, env)  # tests/simnode's sitecustomize: the rank recorder where RANKS_ENV asks for it
     return subprocess.Popen([LLAMAFACTORY_CLI, "train", str(config)], cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
 
 
-def two_nodes(tmp_path: Path, configs: tuple[dict, dict], node1_env: dict[str, str] | None = None, **every_node: str):
+def two_nodes(tmp_path: Path, configs: tuple[dict, dict], **every_node: str):
     port = free_port()
     procs = []
     for rank, config in enumerate(configs):
@@ -162,7 +163,7 @@ def two_nodes(tmp_path: Path, configs: tuple[dict, dict], node1_env: dict[str, s
         node.mkdir()
         path = node / "run.yaml"
         path.write_text(yaml.safe_dump(config, sort_keys=False))
-        procs.append(start_node(rank, node, path, port, **every_node, **((node1_env or {}) if rank else {})))
+        procs.append(start_node(rank, node, path, port, **every_node))
     start = time.perf_counter()
     logs = [p.communicate(timeout=600)[0] for p in procs]
     wall = time.perf_counter() - start
@@ -241,7 +242,7 @@ def test_a_node_whose_ranks_never_arrive_stops_the_others_after_the_timeout_nami
         tmp_path, (node_config(tiny_model, tmp_path, 0), refused), LLAMAFACTORY_ROCM_NODE_TIMEOUT="20"
     )
     assert "UNKNOWN_KEY" in logs[1] and codes[1] == 1, logs[1][-3000:] + logs[0][-2000:]
-    (line,) = [ln for ln in logs[0].splitlines() if ln.startswith("llamafactory-rocm: NODES_MISSING")]
+    (line,) = [ln for ln in logs[0].splitlines() if ln.startswith("llamafactory-rocm: [error] NODES_MISSING")]
     assert "node 1 never arrived within 20 s" in line
     assert f"exitcode  : {EXIT_NODES_DISAGREE}" in logs[0] and codes[0] == 1  # torchrun's summary, then the CLI's 1
     assert time.perf_counter() - started < 300
@@ -249,16 +250,16 @@ def test_a_node_whose_ranks_never_arrive_stops_the_others_after_the_timeout_nami
 
 
 @pytest.mark.trainer
-def test_nodes_that_differ_in_config_and_arch_stop_before_step_1_naming_them(tiny_model, tmp_path):
+def test_nodes_that_differ_in_config_stop_before_step_1_naming_them(tiny_model, tmp_path):
     other = node_config(tiny_model, tmp_path, 1, learning_rate=1e-2, lora_rank=8)
     configs = (node_config(tiny_model, tmp_path, 0), other)
-    # The agreement compares each node's recorded machine (test seam); node 1's devices are gfx90a.
-    codes, logs, _ = two_nodes(tmp_path, configs, {SNAPSHOT_ENV: str(other_arch_snapshot(tmp_path))})
+    # Both nodes are this host: the machines' facts are equal here; a node with other devices is the gloo
+    # test's (test_two_gloo_ranks_with_different_recorded_archs_stop_together).
+    codes, logs, _ = two_nodes(tmp_path, configs)
     for log in logs:
-        (line,) = [ln for ln in log.splitlines() if ln.startswith("llamafactory-rocm: NODES_DISAGREE")]
+        (line,) = [ln for ln in log.splitlines() if ln.startswith("llamafactory-rocm: [error] NODES_DISAGREE")]
         assert "learning_rate: 0.02 on node 0" in line and "0.01 on node 1" in line
         assert "lora_rank: 16 on node 0" in line and "8 on node 1" in line
-        assert "device arch:" in line and "gfx90a" in line
         assert f"exitcode  : {EXIT_NODES_DISAGREE}" in log  # every rank's own exit code, in torchrun's summary
     assert codes == [1, 1]  # llamafactory-cli itself: LLaMA-Factory's launcher ends with CalledProcessError
     for rank in (0, 1):

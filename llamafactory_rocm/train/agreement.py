@@ -32,14 +32,11 @@ from typing import Any
 from transformers import TrainerCallback
 
 from ..errors import EXIT_NODES_DISAGREE
-from ..findings import ACCEPT_ENV, parse_accept
+from ..findings import ACCEPT_ENV, Finding, Level, parse_accept
 from ..lf.schema import output_dir_of
 from ..machine.snapshot import Snapshot
 
 CODE = "NODES_DISAGREE"
-# Test seam, read by nothing but this module: a recorded snapshot (JSON) whose torch/HIP versions and
-# devices stand in for this node's in the comparison, so one machine can play two different nodes.
-SNAPSHOT_ENV = "LLAMAFACTORY_ROCM_AGREEMENT_SNAPSHOT"
 
 # Keys that differ between healthy nodes: each node's own disk, its CPU count, its credentials.
 PER_NODE_KEYS = frozenset(
@@ -145,23 +142,32 @@ def differences(peers: list[dict[str, Any]]) -> list[str]:
     return phrases
 
 
-def disagreement_line(peers: list[dict[str, Any]], accepted: bool = False) -> str:
+def disagreement(peers: list[dict[str, Any]], accepted: bool = False) -> Finding:
+    """The finding every rank states when the nodes differ: an error, or, accepted, a warning (training goes on)."""
     phrases = differences(peers)
     shown = "; ".join(phrases[:MAX_SHOWN])
     if len(phrases) > MAX_SHOWN:
         shown += f"; and {len(phrases) - MAX_SHOWN} more"
     count = len({p["node"] for p in peers})
     nodes = f"{count} node{'s' if count != 1 else ''}"
-    if accepted:
-        return (
-            f"llamafactory-rocm: (accepted) {CODE}: the {nodes} ({len(peers)} ranks) disagree: {shown}. "
-            f"Training goes on because {ACCEPT_ENV} names {CODE}."
+    if accepted:  # as check/run.py accept_findings marks an accepted error
+        return Finding(
+            code=CODE,
+            level=Level.WARNING,
+            message=f"(accepted) the {nodes} ({len(peers)} ranks) disagree: {shown}. Training goes on because "
+            f"{ACCEPT_ENV} names {CODE}.",
         )
-    return (
-        f"llamafactory-rocm: {CODE}: the {nodes} ({len(peers)} ranks) disagree, so every rank stopped before "
-        f"step 1 (no optimizer step, nothing saved): {shown}. Fix: give every node the same config and software, "
-        f"then relaunch all of them (more: llamafactory-rocm explain {CODE})."
+    return Finding(
+        code=CODE,
+        level=Level.ERROR,
+        message=f"the {nodes} ({len(peers)} ranks) disagree, so every rank stopped before step 1 (no optimizer "
+        f"step, nothing saved): {shown}.",
     )
+
+
+def log_line(finding: Finding) -> str:
+    """The one line a rank prints in its node's log."""
+    return f"llamafactory-rocm: {finding.line()}"
 
 
 class NodesDisagree(SystemExit):
@@ -199,9 +205,8 @@ class NodeAgreement(TrainerCallback):
         record: Path | None = None,
         node_record: Callable[[int], Path | None] | None = None,
     ) -> None:
-        seam = os.environ.get(SNAPSHOT_ENV)
-        self.snapshot = Snapshot.load(seam) if seam else snapshot
-        self.facts = node_facts(config, self.snapshot)
+        self.snapshot = snapshot
+        self.facts = node_facts(config, snapshot)
         self.output_dir = Path(output_dir_of(config))
         self.record = record
         self.node_record = node_record
@@ -236,7 +241,7 @@ class NodeAgreement(TrainerCallback):
             self.place_records(peers)
             return
         accepted = _accepted()
-        line = disagreement_line(peers, accepted)
+        line = log_line(disagreement(peers, accepted))
         if os.environ.get("LOCAL_RANK", "0") == "0":  # one line in each node's log
             print(line, file=sys.stderr, flush=True)
         if accepted:
@@ -315,21 +320,21 @@ def wait_for_every_node(timeout_s: float | None = None) -> None:
     deadline = time.monotonic() + timeout_s
     while store.add(f"{prefix}/arrived", 0) < world:
         if time.monotonic() > deadline:
-            line = _missing_line(store, prefix, world, timeout_s)
+            line = log_line(_missing(store, prefix, world, timeout_s))
             if environ.get("LOCAL_RANK", "0") == "0":  # one line in each waiting node's log
                 print(line, file=sys.stderr, flush=True)
             raise NodesDisagree(line)
         time.sleep(0.2)
 
 
-def _missing_line(store: Any, prefix: str, world: int, timeout_s: float) -> str:
+def _missing(store: Any, prefix: str, world: int, timeout_s: float) -> Finding:
     arrived = {int(store.get(f"{prefix}/rank{r}")) for r in range(world) if store.check([f"{prefix}/rank{r}"])}
     nodes = int(os.environ.get("GROUP_WORLD_SIZE") or os.environ.get("NNODES") or 0) or len(arrived) + 1
     missing = [n for n in range(nodes) if n not in arrived] or ["(unknown)"]
     named = ", ".join(f"node {n}" for n in missing)
-    return (
-        f"llamafactory-rocm: {MISSING_CODE}: {named} never arrived within {timeout_s:g} s (its ranks stopped or never "
-        f"started), so every rank that did stopped before step 1 instead of waiting for ddp_timeout. Fix: read "
-        f"that node's log for why it stopped, then relaunch every node; {TIMEOUT_ENV} sets the wait "
-        f"(more: llamafactory-rocm explain {MISSING_CODE})."
+    return Finding(
+        code=MISSING_CODE,
+        level=Level.ERROR,
+        message=f"{named} never arrived within {timeout_s:g} s (its ranks stopped or never started), so every rank "
+        "that did stopped before step 1 instead of waiting for ddp_timeout.",
     )
