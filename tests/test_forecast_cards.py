@@ -50,3 +50,24 @@ def test_fits_is_the_memory_rules_verdict_and_cheapest_comes_first(eight_b_confi
     text = report_text(report)
     assert "no time: no peak dense bf16 figure for rx7900xtx" in text
     assert "at least" in text  # mi250: a lower bound, said to be one
+
+
+def test_checkpointing_off_is_forecast_as_the_check_of_that_config(tiny_model: Path, tmp_path: Path):
+    """The faster setting's FLOPs bound those of the check of the changed config (its own dry run counts the
+    step without checkpointing: less the recompute, and less the first layer's input gradients, which
+    LLaMA-Factory asks for only with checkpointing), its memory is the memory rule's estimate of it; packing is
+    named where padding is high, with the command that forecasts it, and not where the config packs already."""
+    config = tiny_train_config(tiny_model, tmp_path / "out", cutoff_len=1024, bf16=True)
+    with requested():
+        report = check_config(config, gpu="mi300x")
+        changed = check_config({**config, "disable_gradient_checkpointing": True}, gpu="mi300x")
+    add_cards(report.forecast, report.config, None)
+    off, packing = report.forecast.faster
+    assert off["change"] == {"disable_gradient_checkpointing": True} and off["fits"] is True
+    assert changed.forecast.run_flops <= off["run_flops"] <= 1.02 * changed.forecast.run_flops
+    assert off["hours"][1] >= changed.forecast.hours[1]
+    assert off["peak_gib"] == pytest.approx(changed.estimate["peak_gib"], abs=0.01)
+    assert packing["change"] == {"packing": True} and report.forecast.tokens.padding_share >= 0.2
+    assert "packing: true" in report_text(report)
+    add_cards(changed.forecast, changed.config, None)
+    assert changed.forecast.faster == [packing]  # checkpointing is off already

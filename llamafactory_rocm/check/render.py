@@ -69,8 +69,10 @@ def report_text(report: Report) -> str:
         lines.extend(forecast_lines(report.forecast))
         if getattr(report.forecast, "cards", None) is not None:  # check --cards
             from ..forecast.cards import card_lines
+            from ..forecast.faster import faster_lines
 
             lines.extend(card_lines(report.forecast.cards, report.forecast.peak_gib, report.forecast.gpus))
+            lines.extend(faster_lines(report.forecast.faster or []))
     verdict = "ok: ready to launch" if report.ok else "refused: fix the errors above"
     lines.append("")
     lines.append(verdict)

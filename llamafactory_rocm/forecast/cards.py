@@ -29,9 +29,11 @@ def estimated_peak_gib(config: Mapping[str, Any], world_size: int) -> float | No
 def add_cards(forecast: Forecast, config: Mapping[str, Any], price: float | None) -> None:
     """``check --cards``: the rows and the memory estimate they are judged by, set on the check's forecast."""
     from ..machine.catalogue import load_catalogue
+    from .faster import faster_settings
 
     forecast.peak_gib = estimated_peak_gib(config, forecast.gpus)
     forecast.cards = card_rows(forecast, load_catalogue(), forecast.peak_gib, price)
+    forecast.faster = faster_settings(forecast, config, price)
 
 
 def card_rows(forecast: Forecast, catalogue: Any, peak_gib: float | None, price: float | None) -> list[dict]:

@@ -93,6 +93,7 @@ class Forecast:
     measured: dict[str, Any] | None = None  # check --measure N (measure.py measured_forecast)
     cards: list[dict[str, Any]] | None = None  # --cards: each catalogue card's row (cards.py card_rows)
     peak_gib: float | None = None  # --cards: the memory estimate's peak per device the rows are judged by
+    faster: list[dict[str, Any]] | None = None  # --cards: changes that make the run faster (faster.py)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -110,6 +111,7 @@ class Forecast:
             "notes": self.notes,
             **({"measured": self.measured} if self.measured is not None else {}),
             **({"cards": {"peak_gib": self.peak_gib, "rows": self.cards}} if self.cards is not None else {}),
+            **({"faster_settings": self.faster} if self.faster is not None else {}),
         }
 
 
