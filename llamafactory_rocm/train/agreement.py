@@ -159,7 +159,6 @@ def disagreement(peers: list[dict[str, Any]], accepted: bool = False) -> Finding
         )
     return Finding(
         code=CODE,
-        level=Level.ERROR,
         message=f"the {nodes} ({len(peers)} ranks) disagree, so every rank stopped before step 1 (no optimizer "
         f"step, nothing saved): {shown}.",
     )
@@ -334,7 +333,6 @@ def _missing(store: Any, prefix: str, world: int, timeout_s: float) -> Finding:
     named = ", ".join(f"node {n}" for n in missing)
     return Finding(
         code=MISSING_CODE,
-        level=Level.ERROR,
         message=f"{named} never arrived within {timeout_s:g} s (its ranks stopped or never started), so every rank "
         "that did stopped before step 1 instead of waiting for ddp_timeout.",
     )
