@@ -28,7 +28,9 @@ pip install -q --no-deps "$wheel"
 python -c "import importlib.metadata as m; print('llamafactory', m.version('llamafactory'), 'transformers', m.version('transformers'))"
 # The hook and trainer paths, the pins to LLaMA-Factory's source (launcher, Ray, library constants), the
 # dry launch and its activation trace, each stage's own trainer against the memory estimate, the rank's view
-# on simulated nodes and the exposure line (the rules run the same code on both).
+# on simulated nodes, the exposure line (the rules run the same code on both), and every literal refusal of that
+# line's parser with its cause and a fix that passes it (tests/test_refusal_fixes.py).
 python -m pytest -q -n 2 --dist loadfile --durations=5 tests/test_command_registry.py tests/test_startup_hook.py tests/test_seed_command.py tests/test_train_e2e.py \
   tests/test_library_pins.py tests/test_rules_world.py tests/test_dry_run.py tests/test_rank_view.py \
-  tests/test_exposure.py tests/test_memory_workflow.py tests/test_dry_activations.py tests/test_memory_stages.py -k "not each_bundled_dataset_trains and not agrees_with_stock and not corpus_covers"
+  tests/test_exposure.py tests/test_memory_workflow.py tests/test_dry_activations.py tests/test_memory_stages.py \
+  tests/test_refusal_fixes.py -k "not each_bundled_dataset_trains and not agrees_with_stock and not corpus_covers"
