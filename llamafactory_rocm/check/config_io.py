@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from ..errors import UsageError
+from ..lf.patching import Patches
 
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -24,12 +25,9 @@ def _read_args(tokens: list[str]) -> Any:
     with text_only_llamafactory():
         from llamafactory.hparams.parser import read_args
 
-    saved = sys.argv
-    sys.argv = ["llamafactory-cli", *tokens]
-    try:
+    with Patches() as patches:
+        patches.setattr(sys, "argv", ["llamafactory-cli", *tokens])
         return read_args(None)
-    finally:
-        sys.argv = saved
 
 
 def _first_line(exc: BaseException) -> str:

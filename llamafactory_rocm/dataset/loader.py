@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..lf.patching import Patches, progress_bars_off
+
 PROGRESS_MIN_BYTES = 50 << 20
 
 
@@ -134,15 +136,11 @@ def _quiet_datasets() -> Iterator[None]:
     """datasets' own error log and progress bars stay off: the one line we print says it."""
     import datasets
 
-    level, bars = datasets.logging.get_verbosity(), datasets.utils.are_progress_bars_disabled()
-    datasets.logging.set_verbosity(datasets.logging.CRITICAL)
-    datasets.disable_progress_bars()
-    try:
+    with Patches() as patches:
+        patches.callback(datasets.logging.set_verbosity, datasets.logging.get_verbosity())
+        datasets.logging.set_verbosity(datasets.logging.CRITICAL)
+        progress_bars_off(patches)
         yield
-    finally:
-        datasets.logging.set_verbosity(level)
-        if not bars:
-            datasets.enable_progress_bars()
 
 
 class _Cursor:

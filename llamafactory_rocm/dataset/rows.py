@@ -17,6 +17,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..lf.patching import Patches
+
 DEFAULT_MAX_ROWS_SHOWN = 20
 PROBE_ROWS = 256  # rows per call of the processor: few enough that the garbage collector stays cheap
 
@@ -64,27 +66,23 @@ def _captured_llamafactory_log() -> Iterator[_Capture]:
     """LLaMA-Factory's warnings go to a list while rows are checked, not to the terminal."""
     root = logging.getLogger("llamafactory")
     capture = _Capture()
-    saved = root.handlers[:], root.propagate, root.level
-    root.handlers, root.propagate = [capture], False
-    root.setLevel(logging.WARNING)
-    try:
+    with Patches() as patches:
+        patches.setattr(root, "handlers", [capture])
+        patches.setattr(root, "propagate", False)
+        patches.callback(root.setLevel, root.level)
+        root.setLevel(logging.WARNING)
         yield capture
-    finally:
-        root.handlers, root.propagate = saved[0], saved[1]
-        root.setLevel(saved[2])
 
 
 @contextmanager
 def _no_gc() -> Iterator[None]:
     """No cyclic garbage collection while rows are converted: the rows make no cycles, and with a batch
     of them alive every collection walks them all (measured: a third of the check's time)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
+    with Patches() as patches:
+        if gc.isenabled():
+            gc.disable()
+            patches.callback(gc.enable)
         yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def _processor_class(stage: str, data_args: Any) -> type | None:

@@ -27,6 +27,7 @@ from typing import Any
 
 from ..findings import Finding
 from .commands import REGISTRY, command_entry
+from .patching import Patches
 
 # Which commands start which server, and how the line names each: their entries' ``exposure`` (lf/commands.py
 # REGISTRY); webui and webchat share the gradio variables.
@@ -43,18 +44,12 @@ def _is_env_enabled(environ: Mapping[str, str], name: str) -> bool:
 
     if environ is os.environ:
         return bool(is_env_enabled(name))
-    saved = os.environ.get(name)
-    try:  # is_env_enabled reads os.environ: give it this environ's value for the one call
+    with Patches() as patches:  # is_env_enabled reads os.environ: give it this environ's value for the one call
         if name in environ:
-            os.environ[name] = environ[name]
+            patches.setenv(name, environ[name])
         else:
-            os.environ.pop(name, None)
+            patches.delenv(name)
         return bool(is_env_enabled(name))
-    finally:
-        if saved is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = saved
 
 
 def gradio_server(environ: Mapping[str, str]) -> tuple[str, bool]:
