@@ -50,7 +50,6 @@ TEXT = {
 }
 EXACT = 0.005  # weights and trainable state are counts of the same tensors: the runs show 1.000
 TERM = 0.05  # logits and activations: a measured peak and a real forward's saved set
-STEP = 0.10  # the whole peak (tests/test_memory_oracle.py's bar)
 MIB = 2**20
 METHODS = ("lora", "freeze", "full")
 # family/method: the dense Llama under each method, and an MoE (Qwen3-MoE: 8 experts of 64, 2 a token, q/k norms)
@@ -101,6 +100,7 @@ def measure_terms(method: str, tiny_model: Path, into: Path, family: str = FAMIL
         "trainable state": step.optimizer_state_bytes + step.gradient_bytes,
         "activations": step.saved_bytes,
         "logits": logit_bytes_held(step.allocations, VOCAB, BATCH, CUTOFF),
+        "gradients": step.gradient_bytes,  # the .grad tensors the backward left (part of the trainable state)
     }
     _, est = estimated_step_bytes(config)
     estimated = {
@@ -108,6 +108,7 @@ def measure_terms(method: str, tiny_model: Path, into: Path, family: str = FAMIL
         "trainable state": est.trainable_state_gib * 2**30,
         "activations": est.activations_gib * 2**30,
         "logits": est.logits_gib * 2**30,
+        "gradients": est.gradients_gib * 2**30,
     }
     est_peak = (est.total_gib - est.workspace_gib) * 2**30
     return Terms(method, measured, estimated, step.peak_bytes, est_peak, step.gradient_bytes)
@@ -137,7 +138,7 @@ def terms_of(case: str, cache: dict[str, Terms], tiny_model: Path, into: Any) ->
 def test_each_term_is_its_own_measurement(case, measured_terms, tiny_model, tmp_path_factory):
     terms = terms_of(case, measured_terms, tiny_model, tmp_path_factory)
     report = {t: (round(terms.measured[t] / MIB, 3), round(terms.ratio(t), 3)) for t in terms.measured}
-    for term in ("weights", "trainable state"):
+    for term in ("weights", "trainable state", "gradients"):
         assert terms.ratio(term) == pytest.approx(1, abs=EXACT), (case, term, report)
     for term in ("activations", "logits"):
         assert terms.ratio(term) == pytest.approx(1, abs=TERM), (case, term, report)
@@ -145,23 +146,14 @@ def test_each_term_is_its_own_measurement(case, measured_terms, tiny_model, tmp_
 
 
 @pytest.mark.trainer
-@pytest.mark.parametrize("case", [case for case in CASES if "/lora" in case])
-def test_lora_estimated_peak_is_within_10_percent_of_the_measured_step(case, measured_terms, tiny_model,
-                                                                      tmp_path_factory):  # fmt: skip
+@pytest.mark.parametrize("case", CASES)
+def test_estimated_peak_is_within_5_percent_of_the_measured_step(case, measured_terms, tiny_model, tmp_path_factory):
+    """The whole step, LoRA, freeze and full: the terms are not simply added (``Estimate.moments``): measured
+    2026-12-06, full fine-tuning peaks at the forward's end, where autocast's bf16 copies of the fp32 trainable
+    weights are held beside the activations and the loss's logits, and before any gradient exists; adding the
+    gradients to the logits, as the estimate did, gave 1.139 (full) and 1.105 (freeze)."""
     terms = terms_of(case, measured_terms, tiny_model, tmp_path_factory)
     peak = terms.estimated_peak / terms.measured_peak
-    assert peak == pytest.approx(1, abs=STEP), (peak, terms.measured_peak / MIB)
-
-
-# Freeze and full fine-tuning: each term is right (above), their sum is not the peak. Measured 2026-12-06
-# (docs/memory.md#per-term): the step's peak is the forward's end or the loss's backward, before most gradients
-# exist (gradient_accumulation_steps 1), so the logits and the gradients are not held at once, and the estimate,
-# which adds them, is above the measured peak (full 1.14, freeze 1.10 at this shape) by less than the gradients.
-# The estimate's sum is not changed here (rules/memory_fit.py prints the terms as adding up to the total).
-@pytest.mark.trainer
-@pytest.mark.parametrize("method", ["freeze", "full"])
-def test_freeze_and_full_peak_is_over_by_at_most_the_gradients(method, measured_terms, tiny_model, tmp_path_factory):
-    terms = terms_of(f"{FAMILY}/{method}", measured_terms, tiny_model, tmp_path_factory)
-    excess = terms.estimated_peak - terms.measured_peak
-    report = (method, terms.estimated_peak / terms.measured_peak, excess / MIB, terms.gradients / MIB)
-    assert -STEP * terms.measured_peak <= excess <= terms.gradients, report
+    # the runs show 0.996-1.000 (2026-12-06); the issue's bar is 10%, but dropping autocast's copies (a tenth of
+    # full fine-tuning's step) gives 0.927, which only a 5% bar catches (docs/testing.md)
+    assert peak == pytest.approx(1, abs=TERM), (case, peak, terms.measured_peak / MIB)

@@ -314,7 +314,7 @@ def test_check_refuses_memory_that_does_not_fit_with_the_arithmetic(capsys, clea
     code, out = check(capsys, *args)
     assert code == EXIT_FINDINGS
     (line,) = [ln for ln in out.splitlines() if "MEMORY_OVER_DEVICE" in ln and "[error]" in ln]
-    assert "weights 15.0 + trainable state" in line and "ZeRO-2 shards the trainable state over world 16" in line
+    assert "weights 15.0 + optimizer state" in line and "ZeRO-2 shards the trainable state over world 16" in line
     assert "per_device_train_batch_size 64 x gradient_accumulation_steps 1 x world 16 (2 nodes x 8) = 1024" in out
 
 

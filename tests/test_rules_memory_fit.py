@@ -113,8 +113,11 @@ def test_the_numbers_json_carries_are_the_findings_estimate():
     numbers = memory_fit.estimate_numbers(config, {}, ctx)
     (finding,) = memory_fit.memory_fit(config, {}, ctx).findings
     numbers_keys = {"weights_gib", "trainable_gib", "activations_gib", "logits_gib", "peak_gib", "device_gib"}
-    assert set(numbers) == numbers_keys | {"activations_from"}
+    numbers_keys |= {"gradients_gib", "weight_copies_gib"}
+    assert set(numbers) == numbers_keys | {"activations_from", "peak_at"}
     assert numbers["activations_from"] == "formula"  # no model was built: nothing traced
     assert f"Estimated peak {numbers['peak_gib']:.1f} GiB of {numbers['device_gib']:.1f} GiB" in finding.message
-    assert f"weights {numbers['weights_gib']:.1f} + trainable state {numbers['trainable_gib']:.1f}" in finding.message
+    optimizer_state = numbers["trainable_gib"] - numbers["gradients_gib"]
+    assert f"weights {numbers['weights_gib']:.1f} + optimizer state {optimizer_state:.1f}" in finding.message
+    assert f"the step at its {numbers['peak_at']}" in finding.message
     assert memory_fit.estimate_numbers(config, {}, make_ctx("mi300x")) is None  # no model config: no numbers

@@ -30,6 +30,9 @@ LINEAR_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", 
 # and the gradient of the fp32 upcast: 12 bytes per logit at its peak.
 LOGIT_BYTES = 12
 RM_LOGIT_BYTES = 10  # rm's forward: bf16 logits, trl's fp32 upcast, the unused language loss's (logit_bytes)
+# sft/pt's loss runs inside the model's forward (transformers' ForCausalLMLoss): the bf16 logits (2), their fp32
+# upcast (4) and cross_entropy's log-softmax (4) are held when the forward returns
+FORWARD_LOGIT_BYTES = 10
 LOSS_CHUNKS = 8  # fused/chunked cross-entropy keeps one fp32 chunk of the logits
 WORKSPACE_GIB = 0.25  # BLAS workspaces and allocator slack
 
@@ -269,6 +272,8 @@ class TrainingShape:
     stage: str = "sft"  # dpo and rm train on chosen + rejected; dpo and kto compute the logits themselves
     pref_loss: str = "sigmoid"  # dpo: orpo and simpo use no reference
     double_quantization: bool = True  # bitsandbytes' compress_statistics (LLaMA-Factory's default)
+    # gradient_accumulation_steps > 1: the gradients of the first micro-batches are held through the next forward
+    accumulation: int = 1
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], world_size: int = 1, weight_bytes: int = 2) -> TrainingShape:
@@ -298,6 +303,7 @@ class TrainingShape:
             stage=str(get("stage")),
             pref_loss=str(get("pref_loss")),
             double_quantization=bool(get("double_quantization")),
+            accumulation=max(1, int(get("gradient_accumulation_steps") or 1)),
         )
 
     @property
@@ -343,23 +349,76 @@ class Estimate:
     logits_gib: float
     workspace_gib: float
     activations_traced: bool = False  # from the built model's traced forward, else the per-family formula
+    gradients_gib: float = 0.0  # part of the trainable state: what the backward writes (.grad)
+    forward_logits_gib: float = 0.0  # the logits' bytes held when the forward returns (FORWARD_LOGIT_BYTES)
+    weight_copies_gib: float = 0.0  # autocast's bf16 copies of fp32 trainable weights, held through the forward
+    accumulating: bool = False  # gradient_accumulation_steps > 1: gradients held through the next forward
+
+    @property
+    def moments(self) -> dict[str, float]:
+        """What one step holds beyond the weights and the optimizer's state, at each moment that can be its
+        peak (transformers' Trainer: forward, loss backward, optimizer step, ``zero_grad(set_to_none=True)``;
+        its default optimizer, adamw_torch_fused in transformers 5, makes no copy of its state):
+
+        - forward end: the activations, the logits the forward's own loss holds and autocast's weight copies;
+        - loss backward: the activations and the logits' peak (the copies are freed when the forward returns);
+        - optimizer step: the gradients, every activation and logit freed.
+
+        The gradients exist only from the backward on, except while accumulating, when the earlier micro-batches'
+        gradients are held through each forward. Measured on real CPU steps: tests/test_memory_terms.py."""
+        held = self.gradients_gib if self.accumulating else 0.0
+        return {
+            "forward end": self.activations_gib + self.forward_logits_gib + self.weight_copies_gib + held,
+            "loss backward": self.activations_gib + self.logits_gib + held,
+            "optimizer step": self.gradients_gib,
+        }
+
+    @property
+    def peak_moment(self) -> str:
+        moments = self.moments
+        return max(moments, key=lambda name: moments[name])
+
+    @property
+    def optimizer_state_gib(self) -> float:
+        """The trainable state held through the whole step: the optimizer's state (and fp32 master copies)."""
+        return self.trainable_state_gib - self.gradients_gib
 
     @property
     def total_gib(self) -> float:
-        return self.weights_gib + self.trainable_state_gib + self.activations_gib + self.logits_gib + self.workspace_gib
+        step = self.moments[self.peak_moment]
+        return self.weights_gib + self.optimizer_state_gib + step + self.workspace_gib
 
-    def as_dict(self) -> dict[str, float | int]:
-        return {**asdict(self), "total_gib": round(self.total_gib, 2)}
+    def breakdown(self) -> str:
+        """The total's terms, GiB, naming the moment of the step's peak and what is held then."""
+        moment = self.peak_moment
+        parts = {
+            "forward end": [("activations", self.activations_gib), ("logits", self.forward_logits_gib),
+                            ("bf16 weight copies", self.weight_copies_gib)],
+            "loss backward": [("activations", self.activations_gib), ("logits", self.logits_gib)],
+            "optimizer step": [("gradients", self.gradients_gib)],
+        }[moment]  # fmt: skip
+        if self.accumulating and moment != "optimizer step":
+            parts.append(("gradients", self.gradients_gib))
+        held = " + ".join(f"{name} {gib:.1f}" for name, gib in parts if gib or name != "bf16 weight copies")
+        return (
+            f"weights {self.weights_gib:.1f} + optimizer state {self.optimizer_state_gib:.1f} + the step at its "
+            f"{moment} {self.moments[moment]:.1f} ({held}) + workspace {self.workspace_gib:.2f}"
+        )
+
+    def as_dict(self) -> dict[str, float | int | str]:
+        return {**asdict(self), "peak_moment": self.peak_moment, "total_gib": round(self.total_gib, 2)}
 
 
-def _built_weights_and_state(built: ModelMemory, train: TrainingShape) -> tuple[float, int, float]:
-    """(weight bytes, trainable parameters, gradient + optimizer bytes) of the built model, with the weights
-    of the models the workflow builds beside it (``built.others``: all frozen, each at its own bits)."""
+def _built_weights_and_state(built: ModelMemory, train: TrainingShape) -> tuple[float, int, float, float, float]:
+    """(weight bytes, trainable parameters, gradient + optimizer bytes, gradient bytes, autocast's weight copies)
+    of the built model, with the weights of the models the workflow builds beside it (``built.others``: all
+    frozen, each at its own bits)."""
     weights = stored_weight_bytes(built, train.quantization_bit, train.double_quantization)
     weights += sum(stored_weight_bytes(o.memory, o.quantization_bit, train.double_quantization) for o in built.others)
     per = built.optimizer_bytes_per_parameter
     optimizer = built.trainable_parameters * (train.optimizer_bytes if per is None else per)
-    return weights, built.trainable_parameters, built.gradient_bytes + optimizer
+    gradients = built.gradient_bytes
+    return weights, built.trainable_parameters, gradients + optimizer, gradients, built.cast_copy_bytes
 
 
 def bnb_linear_bytes(parameters: int, rows: int, bits: int, double_quant: bool = True) -> float:
@@ -388,8 +447,12 @@ def stored_weight_bytes(memory: ModelMemory, bits: int | None, double_quant: boo
     return memory.weight_bytes - memory.frozen_linear_bytes + quantized
 
 
-def _formula_weights_and_state(shape: ModelShape, parameters: int, train: TrainingShape) -> tuple[float, int, float]:
-    """(weight bytes, trainable parameters, trainable state bytes) from a dense Llama's shapes."""
+def _formula_weights_and_state(
+    shape: ModelShape, parameters: int, train: TrainingShape
+) -> tuple[float, int, float, float, float]:
+    """(weight bytes, trainable parameters, trainable state bytes, gradient bytes, autocast's weight copies)
+    from a dense Llama's shapes: trainable parameters in fp32 (LLaMA-Factory upcasts them), each with an fp32
+    gradient, and a bf16 copy of each trainable linear weight (all of them but the input embedding's)."""
     linear_total = shape.layers * shape.layer_linear_params()
     other = parameters - linear_total
     if train.quantization_bit:  # QLoRA: decoder linears quantised (bitsandbytes' storage), the rest bf16
@@ -406,7 +469,8 @@ def _formula_weights_and_state(shape: ModelShape, parameters: int, train: Traini
     else:  # full: bf16 weights are in `weights`; fp32 grads/master/optimizer in LLaMA-Factory's "18x"
         trainable = parameters
         per_param = 18 - train.weight_bytes
-    return weights, trainable, trainable * per_param
+    linear = trainable - (shape.vocab * shape.hidden if train.method == "full" else 0)
+    return weights, trainable, trainable * per_param, trainable * 4.0, linear * 2.0
 
 
 def lora_parameters(shape: ModelShape, rank: int, targets: tuple[str, ...]) -> int:
@@ -420,15 +484,18 @@ def estimate(shape: ModelShape, parameters: int, train: TrainingShape, built: Mo
     and trainable state are counted from it and ``parameters`` is not used; the formula below serves
     where the model could not be built (planning without its files)."""
     if built is not None:
-        weights, trainable, state = _built_weights_and_state(built, train)
+        weights, trainable, state, gradients, copies = _built_weights_and_state(built, train)
         parameters = built.parameters
     else:
-        weights, trainable, state = _formula_weights_and_state(shape, parameters, train)
+        weights, trainable, state, gradients, copies = _formula_weights_and_state(shape, parameters, train)
     if train.zero_stage >= 3:
         weights /= train.world_size
     if train.zero_stage >= 2 or (train.zero_stage == 1 and train.method != "lora"):
         state /= train.world_size
-    activations, logits = activation_and_logit_bytes(shape, train, built.activations if built is not None else None)
+        gradients /= train.world_size
+    traced = built.activations if built is not None else None
+    activations, logits = activation_and_logit_bytes(shape, train, traced)
+    forward_logits = logits * forward_logit_bytes(train) / logit_bytes(train)
     return Estimate(
         parameters=parameters,
         trainable_parameters=trainable,
@@ -438,6 +505,10 @@ def estimate(shape: ModelShape, parameters: int, train: TrainingShape, built: Mo
         logits_gib=logits / GIB,
         workspace_gib=WORKSPACE_GIB,
         activations_traced=built is not None and built.activations is not None,
+        gradients_gib=gradients / GIB,
+        forward_logits_gib=forward_logits / GIB,
+        weight_copies_gib=copies / GIB,
+        accumulating=train.accumulation > 1,
     )
 
 
@@ -524,6 +595,18 @@ def logit_bytes(train: TrainingShape) -> float:
     return max(LOGIT_BYTES, held)
 
 
+def forward_logit_bytes(train: TrainingShape) -> float:
+    """Bytes per logit held when the model's forward returns. sft and pt: the loss is computed inside it
+    (FORWARD_LOGIT_BYTES), or one chunk of a fused loss; rm: trl's value head upcasts inside its forward
+    (RM_LOGIT_BYTES); dpo and kto upcast and take the log-softmax after the forward (``logit_bytes``), so only
+    the bf16 logits (2) are held then."""
+    if train.stage == "rm":
+        return RM_LOGIT_BYTES
+    if train.stage in ("dpo", "kto"):
+        return 2
+    return 4 / LOSS_CHUNKS if train.fused_loss else FORWARD_LOGIT_BYTES
+
+
 def estimate_config(config: Mapping[str, Any], world_size: int = 1) -> Estimate | None:
     """Estimate for a LLaMA-Factory config, or None when the model's shapes are unknown offline."""
     cache_dir = config.get("cache_dir")
@@ -577,6 +660,10 @@ class ModelMemory:
     # (lf/dry_trainer.py trainer_setup); None where it could not be built here
     optimizer_bytes_per_parameter: float | None = None
     optimizer: str | None = None
+    # bytes of the bf16 copies autocast makes of the trainable fp32 weights the forward multiplies by (torch's
+    # autocast caches a cast of a leaf that requires grad until its context exits: accelerate wraps the model's
+    # forward, so they are held at the forward's end); 0 where the trainable weights are not fp32
+    cast_copy_bytes: int = 0
     # the models the workflow builds beside this one (dpo/kto's reference, ppo's reference and reward),
     # counted on the meta models LLaMA-Factory's create_ref_model / create_reward_model built
     others: tuple[OtherModel, ...] = ()
@@ -636,7 +723,11 @@ def count_model(model: Any) -> ModelMemory:
     for module in model.modules():
         if type(module) is torch.nn.Linear and module is not output and id(module.weight) not in kept:
             linear_weights[id(module.weight)] = module.out_features
+    # autocast's lower-precision ops (linear, matmul, bmm, conv) cast their fp32 weights; an embedding lookup does
+    # not (torch/csrc/autograd/autocast_mode.cpp's lists), unless that weight is also the output embedding (tied)
+    lookups = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)} - kept
     seen: set[int] = set()
+    cast_copies = 0
     parameters = trainable = frozen_bytes = trainable_bytes = frozen_linear = frozen_linear_bytes = rows = 0
     by_dtype: dict[str, int] = {}
     for param in model.parameters():  # parameters() yields a tied tensor once; the id set keeps it so
@@ -650,6 +741,8 @@ def count_model(model: Any) -> ModelMemory:
         if param.requires_grad:
             trainable += n
             trainable_bytes += size
+            if param.dtype == torch.float32 and param.dim() >= 2 and id(param) not in lookups:
+                cast_copies += 2 * n
         else:
             frozen_bytes += size
             if id(param) in linear_weights:
@@ -665,6 +758,7 @@ def count_model(model: Any) -> ModelMemory:
         frozen_linear_bytes=frozen_linear_bytes,
         frozen_linear_rows=rows,
         by_dtype=tuple(sorted(by_dtype.items(), key=lambda kv: -kv[1])),
+        cast_copy_bytes=cast_copies,
     )
 
 

@@ -103,6 +103,9 @@ def estimate_numbers(config: Mapping[str, Any], env: Mapping[str, str], ctx: Con
         "trainable_gib": round(est.trainable_state_gib, 2),
         "activations_gib": round(est.activations_gib, 2),
         "logits_gib": round(est.logits_gib, 2),
+        "gradients_gib": round(est.gradients_gib, 2),
+        "weight_copies_gib": round(est.weight_copies_gib, 2),
+        "peak_at": est.peak_moment,
         "peak_gib": round(est.total_gib, 2),
         "device_gib": round(plan.device_gib, 2),
         "activations_from": "traced forward" if est.activations_traced else "formula",
@@ -117,10 +120,7 @@ def memory_fit(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) 
     est, device_gib, used, world = plan.est, plan.device_gib, plan.used, plan.train.world_size
     budget = BUDGET * device_gib
     starved = host_starved(ctx, est.total_gib)
-    breakdown = (
-        f"weights {est.weights_gib:.1f} + trainable state {est.trainable_state_gib:.1f} + activations "
-        f"{est.activations_gib:.1f} + logits {est.logits_gib:.1f} + workspace {est.workspace_gib:.2f}"
-    )
+    breakdown = est.breakdown()
     sharding = _sharding(config, world)
     if sharding:
         breakdown += f"; {sharding}"
