@@ -497,16 +497,10 @@ def dry_load(config: Mapping[str, Any], command: str, *, planned: bool = False) 
     return run
 
 
-def dry_load_findings(config: Mapping[str, Any], command: str, *, planned: bool = False) -> list[Finding]:
-    """``dry_load``'s findings, for the check's report."""
-    return list(dry_load(config, command, planned=planned).findings)
-
-
 __all__ = [
     "CommandPackage",
     "command_packages",
     "dry_load",
-    "dry_load_findings",
     "meta_load_model",
     "package_findings",
     "workflow_models",
