@@ -607,11 +607,12 @@ def test_a_trainer_state_another_transformers_wrote_found_in_output_dir(tiny_mod
 
 
 def run_args(cfg: dict):
-    from llamafactory_rocm.lf.verdict import _restored_environ
+    from llamafactory_rocm.lf.patching import Patches
 
     with text_only_llamafactory():
         from llamafactory.hparams import get_train_args
-    with _restored_environ():
+    with Patches() as patches:
+        patches.environ()  # get_train_args sets environment variables
         return get_train_args(dict(cfg))[2]
 
 

@@ -183,9 +183,10 @@ def lf_model(config: dict[str, Any], add_valuehead: bool = False) -> Any:
     from llamafactory.hparams import get_train_args
     from llamafactory.model import load_model, load_tokenizer
 
-    from llamafactory_rocm.lf.verdict import _restored_environ
+    from llamafactory_rocm.lf.patching import Patches
 
-    with _restored_environ():  # get_train_args sets environment variables
+    with Patches() as patches:
+        patches.environ()  # get_train_args sets environment variables
         model_args, _, _, finetuning_args, _ = get_train_args(dict(config))
         tokenizer = load_tokenizer(model_args)["tokenizer"]
         return load_model(tokenizer, model_args, finetuning_args, is_trainable=True, add_valuehead=add_valuehead)

@@ -28,12 +28,13 @@ import dataclasses
 import importlib
 import inspect
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from typing import Any
 
-from .verdict import DeviceAnswers, Verdict, _quiet, _restored_environ, device_answers_patched
+from .patching import Patches, llamafactory_call
+from .verdict import DeviceAnswers, Verdict, device_answers_patched
 
 
 @dataclass(frozen=True)
@@ -386,34 +387,25 @@ class _ReachedModelLoad(Exception):
     before it passed."""
 
 
-@contextlib.contextmanager
-def _stop_before_loading(name: Ref) -> Iterator[Any]:
+def _stop_before_loading(name: Ref, patches: Patches) -> Any:
     """LLaMA-Factory's own function ``name`` (an entry's ``judged_through``), stopped at its first load
-    (its module's ``load_tokenizer``)."""
+    (its module's ``load_tokenizer``) until ``patches`` are undone."""
     function = inspect.unwrap(name.load())  # the stock function, not the hook's wrapper
     module = importlib.import_module(function.__module__)
 
     def stop(*_args: Any, **_kwargs: Any) -> None:
         raise _ReachedModelLoad
 
-    original = module.load_tokenizer
-    module.load_tokenizer = stop
-    try:
-        yield function
-    finally:
-        module.load_tokenizer = original
+    patches.setattr(module, "load_tokenizer", stop)
+    return function
 
 
 def _requirement_name(requirement: str) -> str:
     return re.split(r"[<>=!~;\[ ]", requirement.strip(), maxsplit=1)[0].lower().replace("_", "-")
 
 
-@contextlib.contextmanager
-def _planned_backends(planned: bool) -> Iterator[None]:
+def _planned_backends(patches: Patches) -> None:
     """When planning, LLaMA-Factory's check_version for vLLM/SGLang is the target's to answer."""
-    if not planned:
-        yield
-        return
     parser = _parser_module()
     original = parser.check_version
 
@@ -422,11 +414,7 @@ def _planned_backends(planned: bool) -> Iterator[None]:
             return
         original(requirement, mandatory)
 
-    parser.check_version = check_version
-    try:
-        yield
-    finally:
-        parser.check_version = original
+    patches.setattr(parser, "check_version", check_version)
 
 
 def command_verdict(
@@ -453,10 +441,14 @@ def command_verdict(
         args.pop("deepspeed", None)  # its JSON is read on the target (lf/verdict.py)
     parse = None if entry.judged_through or entry.parser is None else entry.parser.load()
     parsed = None
-    with _restored_environ(), _quiet(), device_answers_patched(answers), _planned_backends(answers is not None):
+    # the planned backends wrap the device answers' check_version, so they go on a stack undone before those
+    with llamafactory_call(offline=False), device_answers_patched(answers), Patches() as patches:
+        if answers is not None:
+            _planned_backends(patches)
         try:
             if entry.judged_through:
-                with _stop_before_loading(entry.judged_through) as judged, contextlib.suppress(_ReachedModelLoad):
+                judged = _stop_before_loading(entry.judged_through, patches)
+                with contextlib.suppress(_ReachedModelLoad):
                     judged(args)
             else:
                 parsed = parse(args)
@@ -516,16 +508,13 @@ def extra_requirements(config: Mapping[str, Any]) -> tuple[tuple[str, str, bool]
     reads: list[str] = []
     view = _ReadRecorder(config, field_defaults(), reads)
     seen: list[tuple[str, str, bool]] = []
-    original = parser.check_version
 
     def record(requirement: str, mandatory: bool = False) -> None:
         seen.append((reads[-1] if reads else "", requirement, mandatory))
 
-    parser.check_version = record
-    try:
+    with Patches() as patches:
+        patches.setattr(parser, "check_version", record)
         parser._check_extra_dependencies(view, view, view)
-    finally:
-        parser.check_version = original
     return tuple(seen)
 
 

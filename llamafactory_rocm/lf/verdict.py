@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .patching import Patches, quiet_logs
+from .patching import Patches
 
 
 @dataclass(frozen=True)
@@ -41,20 +41,6 @@ class Verdict:
     message: str = ""  # LLaMA-Factory's (or transformers') own words when refused
     error_type: str = ""
     parsed: Any = None  # what the parser returned when it accepted (get_train_args' dataclasses): parsed once
-
-
-def _restored_environ() -> Patches:
-    """The environment put back after the ``with`` (``get_train_args`` sets variables)."""
-    patches = Patches()
-    patches.environ()
-    return patches
-
-
-def _quiet() -> Patches:
-    """LLaMA-Factory's and transformers' logs quiet for the ``with`` (lf/patching.py ``quiet_logs``)."""
-    patches = Patches()
-    quiet_logs(patches)
-    return patches
 
 
 def device_answers_patched(answers: DeviceAnswers | None) -> Patches:
