@@ -152,12 +152,11 @@ REFUSED_BECAUSE: dict[str, tuple[str, str, str | None]] = {
         "Your assigned backend nccl is not available, please use gloo",
         None,
     ),
-    # Stock stops at LLaMA-Factory's `ray.is_initialized()` (tuner.py _ray_training_function: ray is not
-    # installed here, so no parser ever runs); the check says RAY_CPU_UNSCHEDULABLE, another reason. Known
-    # disagreement (issue 40): no rule says that USE_RAY=1 needs ray installed.
+    # Stock stops at LLaMA-Factory's `ray.is_initialized()` (tuner.py: ray is not installed here, so no parser
+    # ever runs); the check names ray missing (rules/packages.py environment_needs; it said only
+    # RAY_CPU_UNSCHEDULABLE, another reason, until issue 40's strict xfail here was fixed).
     "ray_without_ray": ("PACKAGE_MISSING", "NameError: name 'ray' is not defined", "ray"),
 }
-RAY_NOT_INSTALLED = "no rule names ray missing; the check refuses with RAY_CPU_UNSCHEDULABLE (issue 40)"
 STOPPED_BEFORE_THE_PARSER = {"ray_without_ray"}  # no stock process ran get_train_args: no world to compare
 
 
@@ -331,11 +330,7 @@ def test_the_check_judged_each_node_as_the_world_its_first_stock_rank_really_got
 
 
 @pytest.mark.trainer
-@pytest.mark.parametrize(
-    "case",
-    [pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=RAY_NOT_INSTALLED)) if c == "ray_without_ray" else c
-     for c in sorted(REFUSED_BECAUSE)],
-)  # fmt: skip
+@pytest.mark.parametrize("case", sorted(REFUSED_BECAUSE))
 def test_a_refusal_gives_the_reason_the_stock_run_stopped_for(case, node_corpus):
     """Not only the exit code: the check's refusal has the code for the reason the stock run stopped for, and
     says it in the words the stock run stopped with."""

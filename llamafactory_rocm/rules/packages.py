@@ -18,7 +18,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 
 from ..findings import Finding
 from ..lf.commands import CHAT, EVAL, EXPORT, TRAIN
-from .base import Context, Step, lf_value, rule, unchanged
+from .base import Context, Step, env_enabled, lf_value, rule, unchanged
 
 # What each key does with its package, for the message; the requirement itself is LLaMA-Factory's.
 _WHY: dict[str, str] = {
@@ -107,6 +107,17 @@ def missing_packages(
     return missing
 
 
+def environment_needs(env: Mapping[str, str], installed: frozenset[str]) -> list[tuple[Need, str | None]]:
+    """What a switch in the environment needs: USE_RAY=1 sends run_exp to Ray (train/tuner.py), whose module
+    imports ray only where extras/packages.py ``is_ray_available()`` (``_is_package_available("ray")``) says
+    so; without it the run stops at ``ray.is_initialized()`` with "NameError: name 'ray' is not defined",
+    before any parser (tests/test_rank_view.py, ray_without_ray)."""
+    if env_enabled(env, "USE_RAY") and "ray" not in installed:
+        why = "USE_RAY=1 trains through LLaMA-Factory's Ray launcher, which imports ray"
+        return [(Need("USE_RAY", "ray", "ray", why), None)]
+    return []
+
+
 def _checked_elsewhere(key: str, ctx: Context) -> bool:
     # On ROCm, kernels.bitsandbytes_for_qlora checks the version each arch needs.
     return key == "quantization_bit" and ctx.rocm
@@ -117,7 +128,8 @@ def require_packages(config: Mapping[str, Any], env: Mapping[str, str], ctx: Con
     if ctx.installed is None:
         return unchanged(config, env)
     findings = []
-    for need, have in missing_packages(config, ctx.installed, ctx.snapshot.packages, ctx.model_config):
+    missing = missing_packages(config, ctx.installed, ctx.snapshot.packages, ctx.model_config)
+    for need, have in [*missing, *environment_needs(env, ctx.installed)]:
         if _checked_elsewhere(need.key, ctx):
             continue
         here = f"{need.distribution} {have} is installed" if have else f"{need.distribution} is not installed"
