@@ -125,5 +125,12 @@ class _WrapAfterImport(importlib.abc.MetaPathFinder):
         return spec
 
 
+STARTED = "started"  # a subfolder: each torchrun rank's variables, written as its interpreter starts
+
+
 def install(folder: str) -> None:
     sys.meta_path.insert(0, _WrapAfterImport(Path(folder)))
+    if "RANK" in os.environ:
+        # A rank the launcher stops (another rank refused first: torchrun's agent ends the group) may never reach
+        # its parser; what torchrun gave it is known from the start (one CI run lost rank 0's record so).
+        _write(Path(folder) / STARTED, {"env": {name: os.environ.get(name) for name in TORCHRUN_VARS}})

@@ -29,7 +29,7 @@ from llamafactory_rocm import presets
 from llamafactory_rocm.check.run import check_config
 from llamafactory_rocm.findings import Level
 from tests.conftest import load_snapshot, offline_env, tiny_train_config
-from tests.rank_record import RANKS_ENV, recording
+from tests.rank_record import RANKS_ENV, STARTED, recording
 from tests.rank_record import load as load_ranks
 from tests.simulated_node import device_count, node_env, simulated_node
 from tests.stock_runner import hook_off_env
@@ -164,6 +164,7 @@ class StockRun(NamedTuple):
     returncode: int  # 0 when every node's launcher exited 0
     log: str
     ranks: list[dict]  # what each process's get_train_args ran as (tests/rank_record.py)
+    started: list[dict]  # torchrun's variables of each rank as its interpreter started (rank_record.STARTED)
 
 
 def _case_files(case: str, tiny_model: Path, work: Path) -> tuple[Path, SimWorld, dict[str, str]]:
@@ -208,7 +209,8 @@ def _stock(path: Path, envs: list[tuple[Path, dict[str, str]]]) -> StockRun:
     for (cwd, _), node_log in zip(envs, logs, strict=True):
         (cwd / "stock.log").write_text(node_log)  # kept in pytest's tmp folder, to read when a case disagrees
     code = next((node.returncode for node in nodes if node.returncode), 0)
-    return StockRun(code, "\n".join(logs), load_ranks(path.parent / "ranks"))
+    ranks = path.parent / "ranks"
+    return StockRun(code, "\n".join(logs), load_ranks(ranks), load_ranks(ranks / STARTED))
 
 
 @contextlib.contextmanager
@@ -313,10 +315,17 @@ def test_the_check_judged_each_node_as_the_world_its_first_stock_rank_really_got
     per_node = len(stock.ranks) // world.nodes
     for checked in on_each_node:
         first = checked["node_rank"] * per_node  # the node's first rank: the one that runs the full check
-        (stock_rank,) = [r for r in stock.ranks if int(r["env"]["RANK"] or 0) == first]
+        found = [r for r in stock.ranks if int(r["env"]["RANK"] or 0) == first]
+        stopped = not found and stock.returncode != 0  # the launcher stopped it before its parser answered
+        if stopped:  # then what torchrun gave it is all there is to compare
+            found = [r for r in stock.started if int(r["env"]["RANK"] or 0) == first]
+        (stock_rank,) = found
         assert checked["ranks"], "the check never ran LLaMA-Factory's parser"
         for judged in checked["ranks"]:  # the parser's verdict and the dry launch's parse
-            assert _world_of(judged) == _world_of(stock_rank)
+            if stopped:
+                assert judged["env"] == stock_rank["env"]
+            else:
+                assert _world_of(judged) == _world_of(stock_rank)
         said = [f for f in json.loads(checked["out"])["findings"] if f["code"] == "JUDGED_AS_RANK"]
         env = stock_rank["env"]
         if env["WORLD_SIZE"] is None:  # one plain process: no rank's view

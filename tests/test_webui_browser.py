@@ -107,11 +107,13 @@ def start_training(board: dict, model: Path, output_dir: str, extra_args: dict):
 
 
 def wait_finished(page, board: dict) -> str:
-    """LlamaBoard's own end states (locales.py ALERTS: info_finished "Finished.", err_failed "Failed.")."""
+    """LlamaBoard's own end states (locales.py ALERTS: info_finished "Finished.", err_failed "Failed."). A failed
+    run's toast says "Failed." before the output box says "Failed. Exit code: N" (one CI run read the page
+    between the two), so a failure is taken from the box's line."""
     deadline = time.monotonic() + RUN_TIMEOUT_S
     while time.monotonic() < deadline:
         text = page.inner_text("body")
-        if re.search(r"^(Finished\.|Failed\.)", text, flags=re.M):
+        if re.search(r"^(Finished\.|Failed\. Exit code: -?\d+$)", text, flags=re.M):
             return text
         time.sleep(2)
     raise AssertionError(f"no end state in the page after {RUN_TIMEOUT_S} s: {board['log'].read_text()[-3000:]}")
