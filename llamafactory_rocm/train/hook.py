@@ -170,6 +170,20 @@ def write_record(report: Any, node: int | None = None) -> Path | None:
     return record
 
 
+NOT_FIRST_WAIT_S = 120.0
+
+
+def _let_the_node_first_rank_say_why() -> None:
+    """A rank other than its node's first refuses with the rules alone (Depth.RULES), in a fraction of the first
+    rank's full check; exiting at once made torchrun's agent end the whole group, the first rank included,
+    before it printed the reason (a two-rank node refused with no line: tests/test_rank_view.py, said once).
+    It waits instead: the first rank runs the same rules at full depth, refuses, prints and exits, and torchrun
+    ends this rank then. The wait is bounded, for a first rank that never comes to its verdict."""
+    import time
+
+    time.sleep(NOT_FIRST_WAIT_S)
+
+
 def prepare(args: dict[str, Any] | list[str] | None) -> Prepared | None:
     """Check and rewrite; return what to train and how to watch it, or None to step aside (``--help``)."""
     from ..check.render import report_text
@@ -194,6 +208,8 @@ def prepare(args: dict[str, Any] | list[str] | None) -> Prepared | None:
     if (is_rank0() and report.findings) or (node_first and not report.ok):  # a refusal: in every node's log
         print(text, file=sys.stderr, flush=True)
     if not report.ok:
+        if not node_first:
+            _let_the_node_first_rank_say_why()
         raise SystemExit(EXIT_FINDINGS)
     record = write_record(report) if is_rank0() else None
     if record is not None and report.findings:

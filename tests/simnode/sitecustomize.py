@@ -8,6 +8,9 @@ the CPU with gloo: a rank of a simulated node cannot run a kernel on a GPU that 
 
 LLAMAFACTORY_ROCM_TEST_RANKS names a folder: every process that runs LLaMA-Factory's ``get_train_args``
 writes there the world it ran in (torchrun's variables, TrainingArguments, torch.distributed, accelerate).
+
+LLAMAFACTORY_ROCM_TEST_SLOW_FIRST_RANK (seconds): the node's first rank waits that long before its check, as it
+does under load beside a rank that runs the rules alone.
 """
 
 import os
@@ -31,7 +34,13 @@ if _node:
 
         _unsimulated = _hook.prepare
 
+        _slow_first = os.environ.get("LLAMAFACTORY_ROCM_TEST_SLOW_FIRST_RANK")  # seconds, node's first rank only
+
         def _prepare_on_the_node(args):  # the probe and the check, as the rank of that node sees them
+            if _slow_first and os.environ.get("LOCAL_RANK") == "0":  # a first rank slower to its verdict
+                import time
+
+                time.sleep(float(_slow_first))
             with simulated_node.simulated_node(_node):
                 return _unsimulated(args)
 
