@@ -354,10 +354,9 @@ class Estimate:
     weight_copies_gib: float = 0.0  # autocast's bf16 copies of fp32 trainable weights, held through the forward
     accumulating: bool = False  # gradient_accumulation_steps > 1: gradients held through the next forward
 
-    @property
-    def moments(self) -> dict[str, float]:
-        """What one step holds beyond the weights and the optimizer's state, at each moment that can be its
-        peak (transformers' Trainer: forward, loss backward, optimizer step, ``zero_grad(set_to_none=True)``;
+    def _held(self) -> dict[str, list[tuple[str, float]]]:
+        """What one step holds beyond the weights and the optimizer's state, term by term, at each moment that can
+        be its peak (transformers' Trainer: forward, loss backward, optimizer step, ``zero_grad(set_to_none=True)``;
         its default optimizer, adamw_torch_fused in transformers 5, makes no copy of its state):
 
         - forward end: the activations, the logits the forward's own loss holds and autocast's weight copies;
@@ -366,12 +365,18 @@ class Estimate:
 
         The gradients exist only from the backward on, except while accumulating, when the earlier micro-batches'
         gradients are held through each forward. Measured on real CPU steps: tests/test_memory_terms.py."""
-        held = self.gradients_gib if self.accumulating else 0.0
+        held = [("gradients", self.gradients_gib)] if self.accumulating else []
         return {
-            "forward end": self.activations_gib + self.forward_logits_gib + self.weight_copies_gib + held,
-            "loss backward": self.activations_gib + self.logits_gib + held,
-            "optimizer step": self.gradients_gib,
-        }
+            "forward end": [("activations", self.activations_gib), ("logits", self.forward_logits_gib),
+                            ("bf16 weight copies", self.weight_copies_gib), *held],
+            "loss backward": [("activations", self.activations_gib), ("logits", self.logits_gib), *held],
+            "optimizer step": [("gradients", self.gradients_gib)],
+        }  # fmt: skip
+
+    @property
+    def moments(self) -> dict[str, float]:
+        """GiB each moment holds beyond the weights and the optimizer's state (``_held``)."""
+        return {moment: sum(gib for _, gib in terms) for moment, terms in self._held().items()}
 
     @property
     def peak_moment(self) -> str:
@@ -391,15 +396,8 @@ class Estimate:
     def breakdown(self) -> str:
         """The total's terms, GiB, naming the moment of the step's peak and what is held then."""
         moment = self.peak_moment
-        parts = {
-            "forward end": [("activations", self.activations_gib), ("logits", self.forward_logits_gib),
-                            ("bf16 weight copies", self.weight_copies_gib)],
-            "loss backward": [("activations", self.activations_gib), ("logits", self.logits_gib)],
-            "optimizer step": [("gradients", self.gradients_gib)],
-        }[moment]  # fmt: skip
-        if self.accumulating and moment != "optimizer step":
-            parts.append(("gradients", self.gradients_gib))
-        held = " + ".join(f"{name} {gib:.1f}" for name, gib in parts if gib or name != "bf16 weight copies")
+        terms = self._held()[moment]
+        held = " + ".join(f"{name} {gib:.1f}" for name, gib in terms if gib or name != "bf16 weight copies")
         return (
             f"weights {self.weights_gib:.1f} + optimizer state {self.optimizer_state_gib:.1f} + the step at its "
             f"{moment} {self.moments[moment]:.1f} ({held}) + workspace {self.workspace_gib:.2f}"
@@ -600,11 +598,9 @@ def forward_logit_bytes(train: TrainingShape) -> float:
     (FORWARD_LOGIT_BYTES), or one chunk of a fused loss; rm: trl's value head upcasts inside its forward
     (RM_LOGIT_BYTES); dpo and kto upcast and take the log-softmax after the forward (``logit_bytes``), so only
     the bf16 logits (2) are held then."""
-    if train.stage == "rm":
-        return RM_LOGIT_BYTES
     if train.stage in ("dpo", "kto"):
         return 2
-    return 4 / LOSS_CHUNKS if train.fused_loss else FORWARD_LOGIT_BYTES
+    return logit_bytes(train) if train.stage == "rm" or train.fused_loss else FORWARD_LOGIT_BYTES
 
 
 def estimate_config(config: Mapping[str, Any], world_size: int = 1) -> Estimate | None:

@@ -9,6 +9,7 @@ import re
 import shutil
 import sys
 from collections.abc import Mapping
+from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 
@@ -319,16 +320,13 @@ def installed_distributions() -> frozenset[str]:
     no folder on sys.path changes: installing or removing a distribution adds or removes its .dist-info
     folder, which changes its parent's modification time. The working directory ('' on sys.path) is left out of
     the key: pip installs into site-packages, never there."""
-    key = tuple(_folder_stamps(sys.path))
-    if key not in _DISTRIBUTIONS:
-        _DISTRIBUTIONS.clear()
-        _DISTRIBUTIONS[key] = frozenset(
-            (dist.metadata["Name"] or "").lower().replace("_", "-") for dist in metadata.distributions()
-        )
-    return _DISTRIBUTIONS[key]
+    return _distribution_names(tuple(_folder_stamps(sys.path)))
 
 
-_DISTRIBUTIONS: dict[tuple[tuple[str, int], ...], frozenset[str]] = {}
+@lru_cache(maxsize=1)
+def _distribution_names(_stamps: tuple[tuple[str, int], ...]) -> frozenset[str]:
+    """``installed_distributions``' answer, read again whenever the folders' stamps change."""
+    return frozenset((dist.metadata["Name"] or "").lower().replace("_", "-") for dist in metadata.distributions())
 
 
 def _folder_stamps(paths: list[str]) -> list[tuple[str, int]]:
