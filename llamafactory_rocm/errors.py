@@ -23,10 +23,14 @@ class CheckRefused(RuntimeError):
     train/after.py raises it, train/board.py shows its lines in the tab's box."""
 
 
-def one_line(err: BaseException, *, limit: int | None = 600, cause: bool = True) -> str:
+def one_line(err: BaseException, *, limit: int | None = 600, cause: bool = True, first_line: bool = False) -> str:
     """An exception's words as one line: every run of whitespace one space, its type's name where it has no
     words; ``cause``: the exception it was raised from added in brackets where its words are new; ``limit``:
-    at most that many characters, the cut marked with "..."."""
+    at most that many characters, the cut marked with "..."; ``first_line``: only its first line, as written
+    (a validator's or a parser's summary line, whose next lines are details)."""
+    if first_line:
+        text = str(err).strip()
+        return text.splitlines()[0] if text else type(err).__name__
     text = " ".join(str(err).split()) or type(err).__name__
     below = err.__cause__
     if cause and below is not None and str(below) and str(below) not in text:

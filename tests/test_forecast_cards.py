@@ -12,7 +12,8 @@ from llamafactory_rocm.check.render import report_text
 from llamafactory_rocm.check.run import check_config
 from llamafactory_rocm.findings import Level
 from llamafactory_rocm.forecast.cards import add_cards
-from llamafactory_rocm.forecast.run import Forecast, requested
+from llamafactory_rocm.forecast.flops import requested
+from llamafactory_rocm.forecast.run import Forecast
 from tests.conftest import tiny_train_config
 from tests.test_planning import llama3_8b_folder
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from llamafactory_rocm.check.render import forecast_lines
 from llamafactory_rocm.forecast.flops import StepFlops
-from llamafactory_rocm.forecast.run import card_of, forecast_lines, forecast_of
+from llamafactory_rocm.forecast.run import card_of, forecast_of
 from llamafactory_rocm.machine.catalogue import load_catalogue
 
 CONFIG = {"per_device_train_batch_size": 2, "num_train_epochs": 1.0}

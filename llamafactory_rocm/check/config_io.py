@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from ..errors import UsageError
+from ..errors import UsageError, one_line
 from ..lf.patching import Patches
 
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
@@ -39,8 +39,7 @@ def _first_line(exc: BaseException) -> str:
         return f"{exc.problem}{where}"
     if isinstance(exc, RecursionError):
         return "it is nested deeper than Python's recursion limit"
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+    return one_line(exc, first_line=True)
 
 
 def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:

@@ -25,6 +25,16 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..findings import Finding, Level, has_errors
+from ..findings.registry import fix_text
+from ..lf.causes import cause_of
+from ..lf.commands import Command, command_verdict
+from ..lf.patching import Patches
+from ..lf.verdict import DeviceAnswers, device_answers_patched
+from ..machine.snapshot import Snapshot
+from ..rules import accept_findings
+from .target import target_install
+
 # What torchrun gives each rank (torch/distributed/run.py, elastic agent): set for the rank's view,
 # removed for a plain process, restored after either.
 DISTRIBUTED_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "ROLE_WORLD_SIZE",
@@ -84,27 +94,22 @@ def running_rank(environ: Mapping[str, str] | None = None) -> RankWorld | None:
 @contextlib.contextmanager
 def judged_as(world: RankWorld | None) -> Iterator[Callable[[Mapping[str, Any]], dict[str, Any]]]:
     """LLaMA-Factory's parser and dry run as ``world``'s rank (a fake process group), or as one plain
-    process when ``world`` is None (no process group, no barrier). Yields how the config is judged."""
-    saved = {k: os.environ.pop(k) for k in DISTRIBUTED_ENV if k in os.environ}
-    if world is None:
-        try:
-            yield dict
-        finally:
-            os.environ.update(saved)
-        return
-    os.environ.update(world.environ(saved))
-    import torch
-
-    threads = torch.get_num_threads()  # accelerate's CPU ranks set it (PartialState, OMP_NUM_THREADS unset)
-    started = _fake_process_group(world)
-    try:
-        yield dict
-    finally:
-        _end_process_group(started)
-        torch.set_num_threads(threads)
+    process when ``world`` is None (no process group, no barrier). Yields how the config is judged. Undone on
+    one stack (lf/patching.py ``Patches``), last first: the group ended, torch's threads and the environment
+    put back (torchrun's variables removed again, whoever set them in between)."""
+    with Patches() as patches:
+        saved = {k: os.environ[k] for k in DISTRIBUTED_ENV if k in os.environ}
         for name in DISTRIBUTED_ENV:
-            os.environ.pop(name, None)
-        os.environ.update(saved)
+            patches.delenv(name)
+        if world is not None:
+            for name, value in world.environ(saved).items():
+                patches.setenv(name, value)
+            import torch
+
+            # accelerate's CPU ranks set it (PartialState, OMP_NUM_THREADS unset)
+            patches.callback(torch.set_num_threads, torch.get_num_threads())
+            patches.callback(_end_process_group, _fake_process_group(world))
+        yield dict
 
 
 def _fake_process_group(world: RankWorld) -> bool:
@@ -164,12 +169,116 @@ def launched_world(config: Mapping[str, Any], env: Mapping[str, str], ctx: Any) 
     return RankWorld(size=world.size, local_size=local, rank=first, source=world.source)
 
 
-def rank_finding(world: RankWorld) -> Any:
-    from ..findings import Finding
+def judged(
+    config: Mapping[str, Any],
+    env: Mapping[str, str],
+    ctx: Any,
+    entry: Command,
+    findings: list[Finding],
+    accepted: frozenset[str],
+) -> tuple[list[Finding], Any]:
+    """LLaMA-Factory's own parser for ``entry`` on the resolved config, judged as the rank of the world its
+    launcher starts, then the entry's dry builder where nothing refused: ``findings`` (the rules') with theirs
+    added, and the training launch's dry run (lf/dry_parts.py DryRun; None for the other commands)."""
+    answers = device_answers(ctx.snapshot)
+    rank = launched_world(config, env, ctx) if entry.trains else None
+    if rank is not None:
+        findings.append(
+            Finding(
+                code="JUDGED_AS_RANK",
+                new=rank.size,
+                message=f"LLaMA-Factory's parser and launch ran dry as {rank.describe()}: what each rank of "
+                "that world runs (one device each); no collective was joined.",
+            )
+        )
+    dry = None
+    with judged_as(rank):
+        verdict, parsed = llamafactory_verdict(config, answers, entry)
+        # LLaMA-Factory's parser runs before its data, model and packages are loaded: its refusal is the
+        # one the run stops on, so it comes first (the rules' package or data errors after it).
+        refused = [f for f in verdict if f.level is Level.ERROR]
+        findings = refused + findings + [f for f in verdict if f.level is not Level.ERROR]
+        if not has_errors(findings) and entry.dry is not None:  # then its dry build (eval has none)
+            if entry.trains:  # LLaMA-Factory's training launch, dry
+                built, dry = dry_launch_findings(config, ctx.snapshot, answers, parsed, entry)
+            else:  # export, chat, api, webchat: the model on meta
+                built = entry.dry.load()(config, entry.name, planned=answers is not None).findings
+            findings += accept_findings(built, accepted)
+    return findings, dry
 
-    return Finding(
-        code="JUDGED_AS_RANK",
-        new=world.size,
-        message=f"LLaMA-Factory's parser and launch ran dry as {world.describe()}: what each rank of "
-        "that world runs (one device each); no collective was joined.",
-    )
+
+def device_answers(snapshot: Snapshot) -> DeviceAnswers | None:
+    """The target's device answers for LLaMA-Factory's parser; None when the snapshot is this machine."""
+    if snapshot.source == "probe":
+        return None
+    rocm = snapshot.is_rocm
+    label = snapshot.source.removeprefix("planned: ").removesuffix(" from the catalogue")
+    return DeviceAnswers(label=label, bf16=rocm or snapshot.torch.kind == "cuda", tf32=snapshot.torch.kind == "cuda")
+
+
+def llamafactory_verdict(
+    config: Mapping[str, Any], answers: DeviceAnswers | None, entry: Command
+) -> tuple[list[Finding], Any]:
+    """LLaMA-Factory's own parser for ``entry`` on the resolved config (get_train_args for train), as one
+    finding when it refuses; and what it parsed when it accepts (handed to the dry launch: parsed once)."""
+    command = entry.name
+    parsed = dict(config)
+    notes = [] if answers is None else [Finding(code="PARSER_PLANNED", message=answers.describe() + ".")]
+    verdict = command_verdict(parsed, entry, answers, load=False)  # the dry load reports in its own codes
+    if verdict.accepted:
+        return notes, verdict.parsed
+    trains = entry.trains
+    which = "" if trains else f" for `llamafactory-cli {command}`"
+    cause = cause_of("LLAMAFACTORY_REFUSED", verdict.message, config, trains=trains)
+    return [
+        *notes,
+        Finding(
+            code="LLAMAFACTORY_REFUSED",
+            key=cause.key,
+            old=verdict.error_type,
+            message=f"LLaMA-Factory's own argument check{which} refuses this config: {verdict.message}",
+            fix_as=cause.case,
+            fix_with={"command": command, **cause.values},
+            remedy=cause.remedy,
+        ),
+    ], None
+
+
+# Dry-run refusals that depend on this machine's files and packages: planning for another machine,
+# they are requirements for that machine, not errors here.
+_TARGET_DEPENDENT = frozenset(
+    {
+        "MODEL_NOT_FOUND",
+        "OPTIMIZER_UNAVAILABLE",
+        "REPORTER_UNAVAILABLE",
+        "STAGE_PACKAGE_VERSION",
+        "QUANTIZATION_PACKAGE_MISSING",
+        "OUTPUT_DIR_NOT_CREATABLE",  # the target's file system, not this one
+        "DATASET_NOT_IN_CACHE_OFFLINE",  # the target's Hugging Face cache
+    }
+)
+# Of those, the ones that name a package to install (``new``): the fix becomes the target's install line.
+_TARGET_INSTALLS = frozenset({"QUANTIZATION_PACKAGE_MISSING"})
+
+
+def dry_launch_findings(
+    config: Mapping[str, Any], snapshot: Snapshot, answers: DeviceAnswers | None, parsed: Any, entry: Command
+) -> tuple[list[Finding], Any]:
+    """LLaMA-Factory's launch run dry on the resolved config (``entry``'s dry builder: lf/dry_run.py
+    ``dry_launch``), as findings; ``parsed``: what LLaMA-Factory's parser returned for it in this check."""
+    dry_launch = entry.dry.load()  # lf/dry_run.py dry_launch, the training entry's builder
+    args = dict(config)
+    planned_deepspeed = answers is not None and bool(args.pop("deepspeed", None))  # its JSON needs DeepSpeed
+    with device_answers_patched(answers):  # a planned target answers where LLaMA-Factory asks the device
+        # a ZeRO checkpoint resumes as DeepSpeed's; the target's Hub cache is its own
+        dry = dry_launch(args, deepspeed_elsewhere=planned_deepspeed, planned=answers is not None, parsed=parsed)
+    findings = []
+    for finding in dry.findings:
+        if answers is not None and finding.level is Level.ERROR and finding.code in _TARGET_DEPENDENT:
+            update: dict[str, Any] = {"level": Level.WARNING, "message": f"(on the target) {finding.message}"}
+            if finding.code in _TARGET_INSTALLS and finding.new:  # the package is the target's, not this machine's
+                update["message"] = f"(missing on this machine; the plan is checked without it) {finding.message}"
+                update["fix"] = fix_text(finding.code, {"install": target_install(finding.new, snapshot)}, "target")
+            finding = finding.model_copy(update=update)
+        findings.append(finding)
+    return findings, dry

@@ -1,12 +1,15 @@
-"""Human-readable output: snapshot summary, findings, and the resolved config as a diff."""
+"""Human-readable output: snapshot summary, findings, the resolved config as a diff, and the forecast (its
+figures made in forecast/, all its lines said here)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from ..findings import Level
 from ..machine.snapshot import Snapshot
+from ..rules.memory_fit import BUDGET
 from .run import Report
 
 _ORDER = {Level.ERROR: 0, Level.WARNING: 1, Level.CHANGE: 2, Level.INFO: 3}
@@ -63,17 +66,137 @@ def report_text(report: Report) -> str:
     else:
         lines.append("resolved config: unchanged")
     if report.forecast is not None:  # check --forecast
-        from ..forecast.run import forecast_lines
-
         lines.append("")
         lines.extend(forecast_lines(report.forecast))
-        if getattr(report.forecast, "cards", None) is not None:  # check --cards
-            from ..forecast.cards import card_lines
-            from ..forecast.faster import faster_lines
-
-            lines.extend(card_lines(report.forecast.cards, report.forecast.peak_gib, report.forecast.gpus))
-            lines.extend(faster_lines(report.forecast.faster or []))
     verdict = "ok: ready to launch" if report.ok else "refused: fix the errors above"
     lines.append("")
     lines.append(verdict)
     return "\n".join(lines)
+
+
+def _duration(hours: float) -> str:
+    if hours < 1 / 60:
+        return f"{hours * 3600:.2g} s"
+    return f"{hours * 60:.1f} min" if hours < 1 else f"{hours:.2f} h"
+
+
+def forecast_lines(f: Any) -> list[str]:
+    """The forecast block (check --forecast, forecast/run.py Forecast or NoForecast), all its lines said here:
+    each figure with where it comes from."""
+    if getattr(f, "why", None) is not None:  # NoForecast
+        return [f"forecast: not made: {f.why}"]
+    w = f.work
+    lines = [
+        "forecast (docs/forecast.md):",
+        f"  steps: {w.steps:,} optimizer steps: {w.rows:,} train rows, {w.batches_per_rank:,} batches of "
+        f"{w.per_device_batch} per rank x {w.world_size} rank(s) an epoch, accumulation {w.accumulation}, "
+        f"{w.epochs} epoch(s) (transformers' Trainer.set_initial_training_values)",
+    ]
+    t = f.tokens
+    if t is not None:
+        how = "exact (unshuffled)" if t.exact else f"expected over the shuffled batches, one sd {t.spread:,.0f}"
+        read = f"a sample of {t.sample_rows:,} rows" if t.sampled else f"all {t.sample_rows:,} rows"
+        lines.append(
+            f"  tokens: {t.total:,} with padding ({t.padding_share:.1%} padding), {t.per_step:,.0f} a step; "
+            f"{how}; lengths of {read} as LLaMA-Factory tokenized them"
+        )
+    if f.run_flops is not None:
+        lines.append(f"  FLOPs: {f.run_flops:.3g} for the run ({f.flops_note})")
+    if f.card is not None and f.card.peak_tflops:
+        lines.append(
+            f"  card: {f.card.alias} x {f.gpus}, peak dense bf16 {f.card.peak_tflops:g} TFLOPS (the catalogue's, "
+            "archs.json; its sources in docs/forecast.md#peaks)"
+        )
+    if f.hours is not None and f.fraction is not None:
+        fr = f.fraction
+        lines.append(
+            f"  time: {_duration(f.hours[0])} to {_duration(f.hours[1])} at {fr['fraction_low']:.0%}-"
+            f"{fr['fraction_high']:.0%} of peak ({fr['label']}, {fr['date']}; docs/forecast.md#achieved)"
+        )
+    elif f.hours_at_peak is not None:
+        lines.append(f"  time: at least {_duration(f.hours_at_peak)} (at 100% of peak: no measured fraction)")
+    if f.cost is not None and f.price is not None:
+        p = f.price
+        rate = f"${p['low']:g}" if p["low"] == p["high"] else f"${p['low']:g}-{p['high']:g}"
+        said = f"{p.get('label', p['source'])}, {p['date']}" if p.get("date") else p["source"]
+        lines.append(f"  cost: ${f.cost[0]:,.2f} to ${f.cost[1]:,.2f} at {rate} per GPU-hour ({said})")
+    if f.measured is not None:  # check --measure
+        lines.extend(measured_lines(f.measured))
+    lines.extend(f"  note: {note}" for note in f.notes)
+    if f.cards is not None:  # check --cards
+        lines.extend(card_lines(f.cards, f.peak_gib, f.gpus))
+        lines.extend(faster_lines(f.faster or []))
+    return lines
+
+
+def measured_lines(measured: Mapping[str, Any]) -> list[str]:
+    """The human lines of the measured block (under the check's forecast)."""
+    if not measured.get("made"):
+        return [f"  measured: not made: {measured['why']}"]
+    shown = ", ".join(f"{t:.3g}" for t in measured["step_seconds"][:8])
+    more = ", ..." if len(measured["step_seconds"]) > 8 else ""
+    lines = [
+        f"  measured on this machine ({measured['device']}), {measured['date']}: {measured['timed_steps']} timed "
+        f"step(s) after the first of {measured['steps_run']} run by LLaMA-Factory's trainer in a throwaway folder: "
+        f"{measured['seconds_per_step']:.3g} s a step ({shown}{more})",
+        f"  time here: {measured['run_steps']:,} steps x {measured['seconds_per_step']:.3g} s + "
+        f"{measured['warmup_seconds']:.2g} s first-step warm-up = {_seconds(measured['run_seconds'])} "
+        "(the trainer's loop; model loading and data processing not included)",
+    ]
+    if measured.get("achieved_flops_per_s"):
+        lines.append(
+            f"  achieved rate: {measured['achieved_flops_per_s']:.3g} FLOP/s measured on this machine, "
+            f"{measured['date']} (FLOPs of the timed steps' {measured['timed_tokens']:,} tokens, padding included, "
+            "/ their time)"
+        )
+    return lines
+
+
+def _seconds(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.3g} s"
+    return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.2f} h"
+
+
+def card_lines(rows: list[dict], peak_gib: float | None, gpus: int) -> list[str]:
+    """The human table under the forecast block."""
+    memory = f"{peak_gib:.1f} GiB estimated peak per device" if peak_gib is not None else "memory not estimated"
+    lines = [f"  cards (x {gpus}, cheapest first; {memory}, fits = within {BUDGET:.0%} of the card's memory):"]
+    for row in rows:
+        fits = {True: "fits", False: "does not fit", None: "fit unknown"}[row["fits"]]
+        if row["hours"]:
+            time = f"{_duration(row['hours'][0])} to {_duration(row['hours'][1])}"
+        elif row["hours_at_peak"]:
+            time = f"at least {_duration(row['hours_at_peak'])} (100% of peak, no measured fraction)"
+        else:
+            time = "no time: " + row["why_no_time"].split(" (", 1)[0].removeprefix("time not forecast: ")
+        cost = ""
+        if row["cost_usd"]:
+            low, high = row["cost_usd"]
+            span = f"${low:,.2f} to ${high:,.2f}" if row["hours"] else f"at least ${low:,.2f}"
+            cost = f", {span}" + (f" ({row['price']['date']})" if row["price"].get("date") else "")
+        lines.append(f"    {row['card']:14} {row['memory_gib']:>6g} GiB  {fits:12}  {time}{cost}")
+    return lines
+
+
+def faster_lines(changes: list[dict[str, Any]]) -> list[str]:
+    if not changes:
+        return ["  faster settings: none found (checkpointing is off or adds nothing; padding is small)"]
+    lines = ["  faster settings:"]
+    for change in changes:
+        (key, value), *_ = change["change"].items()
+        what = f"{key}: {str(value).lower()} ({change['why']})"
+        if "forecast_with" in change:
+            lines.append(f"    {what}: forecast it with `{change['forecast_with']}` (LLaMA-Factory's packing)")
+            continue
+        if change["hours"]:
+            time = f"at most {_duration(change['hours'][0])} to {_duration(change['hours'][1])}"
+        elif change["hours_at_peak"]:
+            time = f"at most the time at 100% of peak, {_duration(change['hours_at_peak'])}"
+        else:
+            time = f"at most {change['run_flops']:.3g} FLOPs (no time on this card)"
+        fits = {True: "fits", False: "does NOT fit", None: "fit unknown"}[change["fits"]]
+        memory = f"{change['peak_gib']:.1f} GiB estimated peak, {fits}" if change["peak_gib"] else fits
+        cost = f", at most ${change['cost_usd'][0]:,.2f} to ${change['cost_usd'][1]:,.2f}" if change["cost_usd"] else ""
+        lines.append(f"    {what}: {time}{cost}; {memory}")
+    return lines

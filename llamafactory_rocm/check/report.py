@@ -26,6 +26,9 @@ class Report:
     estimate: dict[str, float] | None = None  # the request's --accept / LLAMAFACTORY_ROCM_ACCEPT, read once
     # check --forecast: the run's steps, tokens, FLOPs, time and cost (forecast/run.py Forecast)
     forecast: Any = None
+    # the command's registry entry (lf/commands.py Command) and how it was chosen (check's first line)
+    entry: Any = None
+    command_from: str = ""
 
     @property
     def ok(self) -> bool:

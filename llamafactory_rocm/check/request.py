@@ -36,7 +36,7 @@ class CheckRequest:
     config: dict[str, Any]
     config_path: str | None = None
     origin: str = "check_config"
-    command: str = "train"
+    command: str | None = "train"  # None: the command its keys say (lf/commands.py chosen_entry)
     gpu: str | None = None
     arch: str | None = None
     snapshot: Snapshot | None = None  # None: probe this machine (once, in run_check)
@@ -76,7 +76,7 @@ def from_launch_args(
     accept: str | None = None,
     planned_world: Mapping[str, str] | None = None,
     plan: bool = True,
-    command: str = "train",
+    command: str | None = "train",
 ) -> CheckRequest:
     """What ``llamafactory-cli train`` takes (``cfg.yaml key=value ...`` or ``--key value ...``) as a request."""
     from .config_io import load_launch_args

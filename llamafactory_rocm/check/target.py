@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from ..errors import UsageError
 from ..machine.catalogue import Catalogue, base_arch, load_catalogue
@@ -72,6 +73,22 @@ def _gpu_target(gpu: str, named_by: str, catalogue: Catalogue) -> Target:
         )
     product, info = found
     return Target(arch=info.target, alias=product.alias, named_by=named_by)
+
+
+def machine_for(request: Any, catalogue: Catalogue) -> tuple[Target | None, Snapshot, Snapshot, dict[str, str]]:
+    """The request's target, the machine the check is made for (``request.snapshot``, else this machine probed;
+    a plan of the target where that has no GPU and the request plans), its training view (an iGPU beside a
+    discrete card set aside: rules/visibility.py) and the environment the rules see."""
+    target = resolve_target(request.gpu, request.arch, request.config_path, catalogue)
+    snapshot = request.snapshot
+    if snapshot is None:
+        from ..machine.probe import take_snapshot
+
+        snapshot = take_snapshot()
+    env = dict(snapshot.env if request.env is None else request.env)
+    if target is not None and not snapshot.devices and not snapshot.kfd_targets and request.plan:
+        snapshot = planned_snapshot(target, env, catalogue)
+    return target, snapshot, snapshot.training_view(), env
 
 
 def planned_snapshot(target: Target, env: Mapping[str, str], catalogue: Catalogue | None = None) -> Snapshot:

@@ -10,16 +10,14 @@ from __future__ import annotations
 import argparse
 import json
 from contextlib import nullcontext
-from dataclasses import replace
 from pathlib import Path
 
 from ..check.render import report_text
-from ..check.request import CheckRequest, from_launch_args
+from ..check.request import from_launch_args
 from ..check.run import run_check
-from ..errors import EXIT_FINDINGS, EXIT_OK, UsageError
-from ..forecast.run import Forecast
-from ..forecast.run import requested as forecast_requested
-from ..lf.commands import COMMANDS, checked_entry, infer_command
+from ..errors import EXIT_FINDINGS, EXIT_OK, UsageError, one_line
+from ..forecast.flops import requested
+from ..lf.commands import COMMANDS
 from ..machine.snapshot import Snapshot
 from ._args import add_config_arguments, add_world_arguments, world_env
 
@@ -115,43 +113,24 @@ def run(args: argparse.Namespace) -> int:
         snapshot=snapshot,
         accept=args.accept,
         planned_world=world_env(args.nodes, args.gpus_per_node),
+        command=args.for_command,  # None: the config's keys say (lf/commands.py chosen_entry)
     )
-    command, how = chosen_command(request, args.for_command)
     asked = args.forecast or args.price is not None or args.measure is not None or args.cards
-    with forecast_requested(args.price) if asked else nullcontext():
-        report = run_check(replace(request, command=command))
-    if args.cards and isinstance(report.forecast, Forecast):
-        from ..forecast.cards import add_cards
-
-        add_cards(report.forecast, report.config, args.price)
-    if args.measure is not None and isinstance(report.forecast, Forecast):
-        from ..forecast.measure import measure
-
-        measure(report.forecast, report.config, report.resolution.env_changes, args.measure, ok=report.ok)
+    with requested(args.price, cards=args.cards, measure=args.measure) if asked else nullcontext():
+        report = run_check(request)
+    entry = report.entry
     if args.json:
-        print(json.dumps({"command": command, "command_from": how, **report.as_json()}, indent=2, default=str))
+        said = {"command": entry.name, "command_from": report.command_from, **report.as_json()}
+        print(json.dumps(said, indent=2, default=str))
     else:
-        entry = checked_entry(command)
         built = "" if entry.dry else f"; {entry.built_dry}"  # eval: its parser and rules only
-        print(f"checked for: {command} ({how}){built}")
+        print(f"checked for: {entry.name} ({report.command_from}){built}")
         print(report_text(report))
     return EXIT_OK if report.ok else EXIT_FINDINGS
 
 
-def chosen_command(request: CheckRequest, given: str | None) -> tuple[str, str]:
-    """(the command to check for, how it was chosen): --for, else the config's keys, else train."""
-    if given:
-        return given, "--for"
-    inferred = infer_command(request.config)
-    if inferred is not None:
-        return inferred, "from its keys; --for to choose another"
-    return "train", "the keys do not say; --for export|chat|api|webchat|eval for another command"
-
-
 def load_snapshot(path: str) -> Snapshot:
     from pydantic import ValidationError
-
-    from ..errors import UsageError
 
     if Path(path).exists() and not Path(path).is_file():  # a folder, or a FIFO that would block the read
         raise UsageError(f"snapshot {path} is not a regular file: give the JSON file `doctor --save-snapshot` wrote.")
@@ -160,4 +139,6 @@ def load_snapshot(path: str) -> Snapshot:
     except FileNotFoundError:
         raise UsageError(f"snapshot {path} not found.") from None
     except (ValueError, ValidationError) as exc:
-        raise UsageError(f"snapshot {path} is not a llamafactory-rocm snapshot: {str(exc).splitlines()[0]}") from None
+        raise UsageError(
+            f"snapshot {path} is not a llamafactory-rocm snapshot: {one_line(exc, first_line=True)}"
+        ) from None

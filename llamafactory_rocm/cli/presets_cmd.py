@@ -78,7 +78,7 @@ def run_list(args: argparse.Namespace) -> int:
 def preset_forecast(preset: presets.PresetEntry) -> dict:
     """``check --forecast`` of the preset on its target card and world (its GPUs as nodes of up to 8), as JSON."""
     from ..check.run import check_config
-    from ..forecast.run import requested
+    from ..forecast.flops import requested
     from ..rules.memory_fit import NODE_GPUS
 
     nodes = -(-preset.gpus // NODE_GPUS)

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import UsageError, one_line
 
 INFO_FILE = "dataset_info.json"  # llamafactory.extras.constants.DATA_CONFIG
 
@@ -37,4 +37,4 @@ def load_dataset_info(dataset_dir: Path) -> dict[str, Any] | None:
 
 
 def reason(err: BaseException) -> str:
-    return getattr(err, "strerror", None) or str(err).splitlines()[0]
+    return getattr(err, "strerror", None) or one_line(err, first_line=True)

@@ -16,6 +16,7 @@ import string
 from collections.abc import Mapping
 from functools import lru_cache
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -46,7 +47,9 @@ class CodeEntry(BaseModel):
 
     @property
     def path(self) -> str:
-        return "llamafactory_rocm/" + self.module.replace(".", "/") + ".py"
+        """The emitting module's file (a package's: its ``__init__.py``, as ``rules`` for FINDING_ACCEPTED)."""
+        package = Path(__file__).resolve().parents[1].joinpath(*self.module.split(".")).is_dir()
+        return "llamafactory_rocm/" + self.module.replace(".", "/") + ("/__init__.py" if package else ".py")
 
 
 class CodeRegistry(BaseModel):

@@ -1,19 +1,45 @@
-"""``check --forecast --cards``: one config across the catalogue's cards, cheapest first.
+"""Time and cost on a card (``time_and_cost``: FLOPs / (GPUs x the card's peak dense bf16 x an achieved
+fraction), the dated price, each with its source: rates.json, the catalogue's peaks; without a published
+fraction, the time at 100% of peak, said to be a lower bound), and ``check --cards``: the config on every
+catalogue card, cheapest first, and the faster settings.
 
-For each card: does the run fit (the memory estimate of lf/memory.py, made as the memory rule makes it, from
-the model LLaMA-Factory built in the dry run, against the rule's budget of the card's memory), and the time
-and cost forecast/run.py gives on that card (peak x achieved fraction, the dated price). A card without a
-peak figure gets no time and says so; one with a peak but no measured fraction gets a lower bound, said to
-be one. The run's GPU count is the check's world size on every card.
+For each card: does the run fit (the memory estimate of lf/memory.py, made as the memory rule makes it, against
+the rule's budget of the card's memory), and its time and cost there; the run's GPU count is the check's world
+size on every card. The faster settings, each with its forecast:
+
+- Gradient checkpointing off (``disable_gradient_checkpointing: true``) where the memory estimate says it
+  still fits the card: the run's FLOPs less the recompute the FLOP count told apart (flops.py). An upper
+  bound, said as "at most": without checkpointing LLaMA-Factory also leaves the embedding's output without a
+  gradient (``enable_input_require_grads`` is for checkpointing), so the first layer's input gradients are not
+  computed either (tests/test_forecast_cards.py checks the bound against the check of the changed config).
+- Packing (``packing: true``) where padding is a large share of the tokens: its forecast needs LLaMA-Factory's
+  packing of the rows, which only a dry run of the changed config has, so the line names the share and the
+  command that forecasts it; no figure is made up.
+- A larger batch is not listed: under the FLOP model it changes no time; what it brings on a real card only
+  ``--measure`` on that card gives.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
 from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import resources
 from typing import Any
 
-from .run import Card, Forecast, _duration, _time_and_cost
+
+@functools.lru_cache(maxsize=1)
+def rates() -> dict[str, Any]:
+    return json.loads(resources.files(__package__).joinpath("rates.json").read_text(encoding="utf-8"))
+
+
+@dataclass(frozen=True)
+class Card:
+    alias: str
+    peak_tflops: float | None
+    peak_source: str
 
 
 def estimated_peak_gib(config: Mapping[str, Any], world_size: int) -> float | None:
@@ -26,17 +52,17 @@ def estimated_peak_gib(config: Mapping[str, Any], world_size: int) -> float | No
     return None if found is None else found.total_gib
 
 
-def add_cards(forecast: Forecast, config: Mapping[str, Any], price: float | None) -> None:
+def add_cards(forecast: Any, config: Mapping[str, Any], price: float | None) -> None:
     """``check --cards``: the rows and the memory estimate they are judged by, set on the check's forecast."""
     from ..machine.catalogue import load_catalogue
-    from .faster import faster_settings
 
+    catalogue = load_catalogue()
     forecast.peak_gib = estimated_peak_gib(config, forecast.gpus)
-    forecast.cards = card_rows(forecast, load_catalogue(), forecast.peak_gib, price)
-    forecast.faster = faster_settings(forecast, config, price)
+    forecast.cards = card_rows(forecast, catalogue, forecast.peak_gib, price)
+    forecast.faster = faster_settings(forecast, config, price, catalogue)
 
 
-def card_rows(forecast: Forecast, catalogue: Any, peak_gib: float | None, price: float | None) -> list[dict]:
+def card_rows(forecast: Any, catalogue: Any, peak_gib: float | None, price: float | None) -> list[dict]:
     """Each catalogue card's row, cheapest first: cards that fit before those that do not, then by cost (high
     end), then by time where no price is known, then the cards with no time."""
     from ..rules.memory_fit import BUDGET
@@ -50,7 +76,7 @@ def card_rows(forecast: Forecast, catalogue: Any, peak_gib: float | None, price:
             on_card = dataclasses.replace(
                 forecast, card=card, notes=[], hours=None, hours_at_peak=None, fraction=None, price=None, cost=None
             )
-            _time_and_cost(on_card, price)
+            time_and_cost(on_card, price)
             fits = None if peak_gib is None else peak_gib <= BUDGET * product.vram_gib
             rows.append(
                 {
@@ -76,34 +102,99 @@ def card_rows(forecast: Forecast, catalogue: Any, peak_gib: float | None, price:
     return sorted(rows, key=order)
 
 
-def _why(on_card: Forecast, forecast: Forecast) -> str:
+def _why(on_card: Any, forecast: Any) -> str:
     if forecast.run_flops is None:
         return "no FLOPs counted for the run (see the notes)"
     return next((n for n in on_card.notes if "not forecast" in n), "no time (see the notes)")
 
 
-def card_lines(rows: list[dict], peak_gib: float | None, gpus: int) -> list[str]:
-    """The human table under the forecast block."""
-    memory = f"{peak_gib:.1f} GiB estimated peak per device" if peak_gib is not None else "memory not estimated"
-    lines = [f"  cards (x {gpus}, cheapest first; {memory}, fits = within {_budget():.0%} of the card's memory):"]
-    for row in rows:
-        fits = {True: "fits", False: "does not fit", None: "fit unknown"}[row["fits"]]
-        if row["hours"]:
-            time = f"{_duration(row['hours'][0])} to {_duration(row['hours'][1])}"
-        elif row["hours_at_peak"]:
-            time = f"at least {_duration(row['hours_at_peak'])} (100% of peak, no measured fraction)"
-        else:
-            time = "no time: " + row["why_no_time"].split(" (", 1)[0].removeprefix("time not forecast: ")
-        cost = ""
-        if row["cost_usd"]:
-            low, high = row["cost_usd"]
-            span = f"${low:,.2f} to ${high:,.2f}" if row["hours"] else f"at least ${low:,.2f}"
-            cost = f", {span}" + (f" ({row['price']['date']})" if row["price"].get("date") else "")
-        lines.append(f"    {row['card']:14} {row['memory_gib']:>6g} GiB  {fits:12}  {time}{cost}")
-    return lines
+PADDING_WORTH_PACKING = 0.2  # this package's threshold for saying so, not a published figure
 
 
-def _budget() -> float:
+def faster_settings(forecast: Any, config: Mapping[str, Any], price: float | None, catalogue: Any) -> list[dict]:
+    """The changes that make this run faster, each with what is known of its time, memory and cost."""
+    from ..lf.memory import estimate_config
     from ..rules.memory_fit import BUDGET
 
-    return BUDGET
+    changes: list[dict[str, Any]] = []
+    step = forecast.found_step
+    checkpointing = not config.get("disable_gradient_checkpointing", False)
+    if checkpointing and step is not None and step.recompute and forecast.run_flops:
+        changed_config = {**config, "disable_gradient_checkpointing": True}
+        estimate = estimate_config(changed_config, forecast.gpus)
+        alias = forecast.card.alias if forecast.card is not None else None  # the catalogue's own alias
+        products = (p for arch in catalogue.archs.values() for p in arch.products)
+        memory = next((p.vram_gib for p in products if p.alias == alias), None)
+        fits = None if estimate is None or memory is None else estimate.total_gib <= BUDGET * memory
+        changed = dataclasses.replace(
+            forecast,
+            run_flops=forecast.run_flops * (step.total - step.recompute) / step.total,
+            notes=[],
+            hours=None,
+            hours_at_peak=None,
+            fraction=None,
+            price=None,
+            cost=None,
+        )
+        time_and_cost(changed, price)
+        changes.append(
+            {
+                "change": {"disable_gradient_checkpointing": True},
+                "why": f"the recompute is {step.recompute / step.total:.0%} of the FLOPs",
+                "bound": "at most: the FLOPs less the recompute",
+                "run_flops": changed.run_flops,
+                "hours": changed.hours,
+                "hours_at_peak": changed.hours_at_peak,
+                "cost_usd": changed.cost,
+                "peak_gib": None if estimate is None else estimate.total_gib,
+                "fits": fits,
+            }
+        )
+    tokens = forecast.tokens
+    if tokens is not None and tokens.padding_share >= PADDING_WORTH_PACKING and not config.get("packing"):
+        changes.append(
+            {
+                "change": {"packing": True},
+                "why": f"{tokens.padding_share:.0%} of the tokens are padding",
+                "forecast_with": "llamafactory-rocm check CONFIG packing=true --forecast",
+            }
+        )
+    return changes
+
+
+def time_and_cost(result: Any, price: float | None) -> None:
+    """The time and cost of ``result`` (forecast/run.py Forecast) on its card, set in place, each with its source."""
+    card, flops = result.card, result.run_flops
+    if card is None:
+        result.notes.append("time not forecast: the card is not in the catalogue (name one with --gpu)")
+        return
+    if flops is None:
+        return
+    if not card.peak_tflops:
+        result.notes.append(f"time not forecast: no peak dense bf16 figure for {card.alias} ({card.peak_source})")
+        return
+    table = rates()
+    seconds_at_peak = flops / (card.peak_tflops * 1e12 * result.gpus)
+    result.hours_at_peak = seconds_at_peak / 3600
+    measured = table["achieved"].get(card.alias)
+    if measured is None:
+        result.notes.append(f"{card.alias}: {table['achieved_none']}")
+        hours = (result.hours_at_peak, result.hours_at_peak)
+    else:
+        result.fraction = measured
+        hours = (result.hours_at_peak / measured["fraction_high"], result.hours_at_peak / measured["fraction_low"])
+        result.hours = hours
+    if price is not None:
+        result.price = {"low": price, "high": price, "unit": "USD per GPU-hour", "source": "--price", "date": None}
+    else:
+        listed = table["prices"].get(card.alias)
+        if listed is None:
+            result.notes.append(table["prices_none"])
+            return
+        result.price = listed
+    result.cost = (
+        hours[0] * result.gpus * result.price["low"],
+        hours[1] * result.gpus * result.price["high"],
+    )
+    if measured is None:
+        result.notes.append("the cost is at 100% of peak: a lower bound")

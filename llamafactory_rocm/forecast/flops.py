@@ -15,8 +15,55 @@ tests/test_forecast_flops.py checks the count against a real CPU step and the pa
 from __future__ import annotations
 
 import contextlib
+import contextvars
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+
+
+@dataclass(frozen=True)
+class Request:
+    price: float | None = None  # USD per GPU-hour, the user's (--price)
+    cards: bool = False  # --cards: every catalogue card and the faster settings (forecast/cards.py)
+    measure: int | None = None  # --measure N: N steps timed on this machine (forecast/measure.py)
+
+
+_REQUEST: contextvars.ContextVar[Request | None] = contextvars.ContextVar("forecast_request", default=None)
+
+
+@contextlib.contextmanager
+def requested(price: float | None = None, *, cards: bool = False, measure: int | None = None) -> Iterator[None]:
+    """The forecast is asked for (check --forecast, --cards, --measure): the dry run counts FLOPs and the check
+    makes the forecast (forecast/run.py ``forecast_for``)."""
+    from ..lf.dry_activations import STEP_HOOKS
+
+    token = _REQUEST.set(Request(price=price, cards=cards, measure=measure))
+    STEP_HOOKS.append(count_step_flops)
+    try:
+        yield
+    finally:
+        STEP_HOOKS.remove(count_step_flops)
+        _REQUEST.reset(token)
+
+
+def request() -> Request | None:
+    return _REQUEST.get()
+
+
+def count_step_flops(launch: Any) -> None:
+    """A step hook of the dry run's activation step: the FLOPs of one micro-batch at the trace's shape (the
+    per-device batch x cutoff_len) on the built model; a model whose forward cannot run fake gets none."""
+    from ..lf.memory import sequences_per_forward
+
+    args = launch.training_args
+    sequences = sequences_per_forward(str(launch.run.stage), int(args.per_device_train_batch_size))
+    compute = "bfloat16" if args.bf16 else "float16" if args.fp16 else None
+    try:
+        launch.run.forecast["step_flops"] = step_flops(
+            launch.model, sequences, int(launch.data_args.cutoff_len), compute
+        )
+    except Exception as exc:  # the rest of the forecast stands; the reason is said
+        launch.run.forecast["step_flops_error"] = f"{type(exc).__name__}: {exc}"[:300]
 
 
 @dataclass(frozen=True)
@@ -227,10 +274,3 @@ def cpu_attention_formulas() -> dict[Any, Any]:
 def _by_module(counter: Any) -> dict[str, int]:
     """FlopCounterMode's per-module totals, keyed by the dotted name after its root class's name."""
     return {name.partition(".")[2]: sum(ops.values()) for name, ops in counter.get_flop_counts().items()}
-
-
-def _module_key(model: Any, layer: Any) -> str:
-    for name, module in model.named_modules():
-        if module is layer:
-            return name
-    return ""

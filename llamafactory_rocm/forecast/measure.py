@@ -163,35 +163,6 @@ def measure(forecast: Any, config: Mapping[str, Any], env_changes: Mapping[str, 
         )
 
 
-def measured_lines(measured: Mapping[str, Any]) -> list[str]:
-    """The human lines of the measured block (under the check's forecast)."""
-    if not measured.get("made"):
-        return [f"  measured: not made: {measured['why']}"]
-    shown = ", ".join(f"{t:.3g}" for t in measured["step_seconds"][:8])
-    more = ", ..." if len(measured["step_seconds"]) > 8 else ""
-    lines = [
-        f"  measured on this machine ({measured['device']}), {measured['date']}: {measured['timed_steps']} timed "
-        f"step(s) after the first of {measured['steps_run']} run by LLaMA-Factory's trainer in a throwaway folder: "
-        f"{measured['seconds_per_step']:.3g} s a step ({shown}{more})",
-        f"  time here: {measured['run_steps']:,} steps x {measured['seconds_per_step']:.3g} s + "
-        f"{measured['warmup_seconds']:.2g} s first-step warm-up = {_duration(measured['run_seconds'])} "
-        "(the trainer's loop; model loading and data processing not included)",
-    ]
-    if measured.get("achieved_flops_per_s"):
-        lines.append(
-            f"  achieved rate: {measured['achieved_flops_per_s']:.3g} FLOP/s measured on this machine, "
-            f"{measured['date']} (FLOPs of the timed steps' {measured['timed_tokens']:,} tokens, padding included, "
-            "/ their time)"
-        )
-    return lines
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.3g} s"
-    return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.2f} h"
-
-
 def device_name() -> str:
     """The device the child's trainer ran on: the GPU torch sees (ROCm's through torch.cuda), else the CPU."""
     import torch

@@ -1,78 +1,19 @@
-"""A run's forecast from what LLaMA-Factory's dry launch found: steps (work.py), padded tokens (tokens.py), FLOPs
-(flops.py, counted when the forecast was asked for), and from them time and cost on one card: time = FLOPs /
-(GPUs x the card's peak dense bf16 x an achieved fraction), each figure with its source (rates.json, the
-catalogue's peaks). Where no achieved fraction was published for the card, the time at 100% of its peak is
-given as a lower bound and said to be one. Nothing is printed without its source (docs/forecast.md).
+"""A run's forecast from what LLaMA-Factory's dry launch found: steps (lf/work.py), padded tokens (tokens.py),
+FLOPs (flops.py, counted when the forecast was asked for), and from them time and cost on its card (cards.py),
+each figure with its source; made in one call (``forecast_for``), said by check/render.py. Nothing is printed
+without its source (docs/forecast.md).
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-import functools
-import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any
 
 from ..lf.work import Work, optimizer_steps
+from .cards import Card, add_cards, time_and_cost
+from .flops import request
 from .tokens import PAD_MULTIPLE, Tokens, run_tokens
-
-
-@dataclass(frozen=True)
-class Request:
-    price: float | None = None  # USD per GPU-hour, the user's (--price)
-
-
-_REQUEST: contextvars.ContextVar[Request | None] = contextvars.ContextVar("forecast_request", default=None)
-
-
-@contextlib.contextmanager
-def requested(price: float | None = None) -> Iterator[None]:
-    """The forecast is asked for (check --forecast): the dry run counts FLOPs and the check reports it."""
-    from ..lf.dry_activations import STEP_HOOKS
-
-    token = _REQUEST.set(Request(price=price))
-    STEP_HOOKS.append(count_step_flops)
-    try:
-        yield
-    finally:
-        STEP_HOOKS.remove(count_step_flops)
-        _REQUEST.reset(token)
-
-
-def request() -> Request | None:
-    return _REQUEST.get()
-
-
-def count_step_flops(launch: Any) -> None:
-    """A step hook of the dry run's activation step: the FLOPs of one micro-batch at the trace's shape (the
-    per-device batch x cutoff_len) on the built model; a model whose forward cannot run fake gets none."""
-    from ..lf.memory import sequences_per_forward
-    from .flops import step_flops
-
-    args = launch.training_args
-    sequences = sequences_per_forward(str(launch.run.stage), int(args.per_device_train_batch_size))
-    compute = "bfloat16" if args.bf16 else "float16" if args.fp16 else None
-    try:
-        launch.run.forecast["step_flops"] = step_flops(
-            launch.model, sequences, int(launch.data_args.cutoff_len), compute
-        )
-    except Exception as exc:  # the rest of the forecast stands; the reason is said
-        launch.run.forecast["step_flops_error"] = f"{type(exc).__name__}: {exc}"[:300]
-
-
-@functools.lru_cache(maxsize=1)
-def rates() -> dict[str, Any]:
-    return json.loads(resources.files(__package__).joinpath("rates.json").read_text(encoding="utf-8"))
-
-
-@dataclass(frozen=True)
-class Card:
-    alias: str
-    peak_tflops: float | None
-    peak_source: str
 
 
 @dataclass
@@ -93,7 +34,7 @@ class Forecast:
     measured: dict[str, Any] | None = None  # check --measure N (measure.py measured_forecast)
     cards: list[dict[str, Any]] | None = None  # --cards: each catalogue card's row (cards.py card_rows)
     peak_gib: float | None = None  # --cards: the memory estimate's peak per device the rows are judged by
-    faster: list[dict[str, Any]] | None = None  # --cards: changes that make the run faster (faster.py)
+    faster: list[dict[str, Any]] | None = None  # --cards: changes that make the run faster (cards.py)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -115,73 +56,22 @@ class Forecast:
         }
 
 
-def _duration(hours: float) -> str:
-    if hours < 1 / 60:
-        return f"{hours * 3600:.2g} s"
-    return f"{hours * 60:.1f} min" if hours < 1 else f"{hours:.2f} h"
-
-
-def forecast_lines(f: Forecast | NoForecast) -> list[str]:
-    """The human block (check --forecast): each figure with where it comes from."""
-    if isinstance(f, NoForecast):
-        return [f"forecast: not made: {f.why}"]
-    w = f.work
-    lines = [
-        "forecast (docs/forecast.md):",
-        f"  steps: {w.steps:,} optimizer steps: {w.rows:,} train rows, {w.batches_per_rank:,} batches of "
-        f"{w.per_device_batch} per rank x {w.world_size} rank(s) an epoch, accumulation {w.accumulation}, "
-        f"{w.epochs} epoch(s) (transformers' Trainer.set_initial_training_values)",
-    ]
-    t = f.tokens
-    if t is not None:
-        how = "exact (unshuffled)" if t.exact else f"expected over the shuffled batches, one sd {t.spread:,.0f}"
-        read = f"a sample of {t.sample_rows:,} rows" if t.sampled else f"all {t.sample_rows:,} rows"
-        lines.append(
-            f"  tokens: {t.total:,} with padding ({t.padding_share:.1%} padding), {t.per_step:,.0f} a step; "
-            f"{how}; lengths of {read} as LLaMA-Factory tokenized them"
-        )
-    if f.run_flops is not None:
-        lines.append(f"  FLOPs: {f.run_flops:.3g} for the run ({f.flops_note})")
-    if f.card is not None and f.card.peak_tflops:
-        lines.append(
-            f"  card: {f.card.alias} x {f.gpus}, peak dense bf16 {f.card.peak_tflops:g} TFLOPS (the catalogue's, "
-            "archs.json; its sources in docs/forecast.md#peaks)"
-        )
-    if f.hours is not None and f.fraction is not None:
-        fr = f.fraction
-        lines.append(
-            f"  time: {_duration(f.hours[0])} to {_duration(f.hours[1])} at {fr['fraction_low']:.0%}-"
-            f"{fr['fraction_high']:.0%} of peak ({fr['label']}, {fr['date']}; docs/forecast.md#achieved)"
-        )
-    elif f.hours_at_peak is not None:
-        lines.append(f"  time: at least {_duration(f.hours_at_peak)} (at 100% of peak: no measured fraction)")
-    if f.cost is not None and f.price is not None:
-        p = f.price
-        rate = f"${p['low']:g}" if p["low"] == p["high"] else f"${p['low']:g}-{p['high']:g}"
-        said = f"{p.get('label', p['source'])}, {p['date']}" if p.get("date") else p["source"]
-        lines.append(f"  cost: ${f.cost[0]:,.2f} to ${f.cost[1]:,.2f} at {rate} per GPU-hour ({said})")
-    if f.measured is not None:
-        from .measure import measured_lines
-
-        lines.extend(measured_lines(f.measured))
-    lines.extend(f"  note: {note}" for note in f.notes)
-    return lines
-
-
 def card_of(catalogue: Any, alias: str | None, device_names: list[str]) -> Card | None:
-    """The card: the target's alias (--gpu), else the catalogue product whose name the device's is."""
-    found = catalogue.gpu(alias) if alias else None
-    if found is None:
-        for name in device_names:
-            for arch in catalogue.archs.values():
-                for product in arch.products:
-                    if product.name.lower() == name.lower():
-                        found = (product, arch)
-    if found is None:
-        return None
-    product, arch = found
-    source = arch.sources.get("peak_dense_bf16_tflops", "no peak figure in the catalogue")
-    return Card(product.alias, product.peak_dense_bf16_tflops, source)
+    """The card: the catalogue product the target names (``alias``, as the catalogue gave it to the target),
+    else the product whose name the device's is."""
+    names = {name.lower() for name in device_names}
+    found = None
+    for arch in catalogue.archs.values():
+        for product in arch.products:
+            if alias and product.alias == alias:
+                return Card(product.alias, product.peak_dense_bf16_tflops, _peak_source(arch))
+            if product.name.lower() in names:
+                found = Card(product.alias, product.peak_dense_bf16_tflops, _peak_source(arch))
+    return found
+
+
+def _peak_source(arch: Any) -> str:
+    return arch.sources.get("peak_dense_bf16_tflops", "no peak figure in the catalogue")
 
 
 @dataclass(frozen=True)
@@ -195,30 +85,28 @@ class NoForecast:
 
 
 def forecast_for(
-    dry: Any, config: Mapping[str, Any], world_size: int, catalogue: Any, alias: str | None, device_names: list[str]
+    dry: Any, resolution: Any, ctx: Any, alias: str | None, world_size: int
 ) -> Forecast | NoForecast | None:
-    """The check's forecast from its dry run (lf/dry_parts.py DryRun); None where it was not asked for."""
+    """The check's whole forecast in one call, as data (check/render.py says it): from its dry run
+    (lf/dry_parts.py DryRun) and its resolution, the run's work, tokens, FLOPs, time and cost on its card;
+    with --cards every catalogue card and the faster settings (cards.py), with --measure the steps timed on
+    this machine (measure.py). None where it was not asked for."""
     asked = request()
     if asked is None:
         return None
     if not dry.rows or not dry.rows.get("train"):
-        why = "the dry run counted no train rows"
-        if dry.not_checked:
-            why += f" ({'; '.join(dry.not_checked)})"
-        else:
-            why += " (LLaMA-Factory's data pipeline did not run here: see the findings)"
-        return NoForecast(why)
-    return forecast_of(
-        config,
-        dry.rows["train"],
-        dry.train_lengths,
-        dry.rows_estimated,
-        dry.data_stage,
-        world_size,
-        card_of(catalogue, alias, device_names),
-        dry.forecast,
-        price=asked.price,
-    )
+        seen = "; ".join(dry.not_checked) or "LLaMA-Factory's data pipeline did not run here: see the findings"
+        return NoForecast(f"the dry run counted no train rows ({seen})")
+    config, card = resolution.config, card_of(ctx.catalogue, alias, [d.name for d in ctx.snapshot.devices])
+    args = (dry.rows["train"], dry.train_lengths, dry.rows_estimated, dry.data_stage, world_size, card, dry.forecast)
+    forecast = forecast_of(config, *args, price=asked.price)
+    if asked.cards:
+        add_cards(forecast, config, asked.price)
+    if asked.measure is not None:
+        from .measure import measure
+
+        measure(forecast, config, resolution.env_changes, asked.measure, ok=resolution.ok)
+    return forecast
 
 
 def forecast_of(
@@ -270,42 +158,5 @@ def forecast_of(
         )
     elif "step_flops_error" in found:
         notes.append(f"FLOPs not counted: {found['step_flops_error']}")
-    _time_and_cost(result, price)
+    time_and_cost(result, price)
     return result
-
-
-def _time_and_cost(result: Forecast, price: float | None) -> None:
-    card, flops = result.card, result.run_flops
-    if card is None:
-        result.notes.append("time not forecast: the card is not in the catalogue (name one with --gpu)")
-        return
-    if flops is None:
-        return
-    if not card.peak_tflops:
-        result.notes.append(f"time not forecast: no peak dense bf16 figure for {card.alias} ({card.peak_source})")
-        return
-    table = rates()
-    seconds_at_peak = flops / (card.peak_tflops * 1e12 * result.gpus)
-    result.hours_at_peak = seconds_at_peak / 3600
-    measured = table["achieved"].get(card.alias)
-    if measured is None:
-        result.notes.append(f"{card.alias}: {table['achieved_none']}")
-        hours = (result.hours_at_peak, result.hours_at_peak)
-    else:
-        result.fraction = measured
-        hours = (result.hours_at_peak / measured["fraction_high"], result.hours_at_peak / measured["fraction_low"])
-        result.hours = hours
-    if price is not None:
-        result.price = {"low": price, "high": price, "unit": "USD per GPU-hour", "source": "--price", "date": None}
-    else:
-        listed = table["prices"].get(card.alias)
-        if listed is None:
-            result.notes.append(table["prices_none"])
-            return
-        result.price = listed
-    result.cost = (
-        hours[0] * result.gpus * result.price["low"],
-        hours[1] * result.gpus * result.price["high"],
-    )
-    if measured is None:
-        result.notes.append("the cost is at 100% of peak: a lower bound")

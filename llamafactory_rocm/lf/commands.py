@@ -275,6 +275,20 @@ def checked_entry(command: str) -> Command:
     return entry
 
 
+def chosen_entry(config: Mapping[str, Any], given: str | None) -> tuple[Command, str]:
+    """(the entry a config is checked for, how it was chosen): ``given`` (check --for, or the caller's command),
+    else the config's keys (``infer_command``), else train; a UsageError for a command the check does not take."""
+    from ..errors import UsageError
+
+    command, how = (given, "--for") if given else (infer_command(config), "from its keys; --for to choose another")
+    if command is None:
+        command, how = "train", "the keys do not say; --for export|chat|api|webchat|eval for another command"
+    try:
+        return checked_entry(command), how
+    except ValueError:
+        raise UsageError(f"unknown command {command!r}: one of {', '.join(COMMANDS)}.") from None
+
+
 def hooked_modules() -> dict[str, tuple[tuple[str, Ref, str, bool], ...]]:
     """For ``_startup``: each LLaMA-Factory module to patch, with (qualified name, wrapper, command,
     required) for each function in it, in registry order; a function shared by commands once, for the first."""
@@ -418,7 +432,7 @@ def _planned_backends(patches: Patches) -> None:
 
 
 def command_verdict(
-    config: Mapping[str, Any], command: str, answers: DeviceAnswers | None = None, *, load: bool = True
+    config: Mapping[str, Any], command: str | Command, answers: DeviceAnswers | None = None, *, load: bool = True
 ) -> Verdict:
     """Run LLaMA-Factory's parser for ``command`` on a copy of ``config``; no weight is read, nothing written.
 
@@ -433,11 +447,11 @@ def command_verdict(
     this machine (no ``answers``), the command is then built dry (``lf.dry_load``: the packages the command
     imports, tokenizer, template, the model on the meta device with its adapters, export_dir, one generation
     up to the first forward), and its first refusal is the verdict, with the fix in its words.
-    ``load=False`` is the parser alone, for a caller that reports the dry build's findings itself (check/run.py).
+    ``load=False`` is the parser alone, for a caller that reports the dry build's findings itself (check/rank.py).
     """
-    entry = checked_entry(command)
+    entry = command if isinstance(command, Command) else checked_entry(command)
     args = dict(config)
-    if answers is not None and "deepspeed" in command_keys(command):
+    if answers is not None and "deepspeed" in command_keys(entry.name):
         args.pop("deepspeed", None)  # its JSON is read on the target (lf/verdict.py)
     parse = None if entry.judged_through or entry.parser is None else entry.parser.load()
     parsed = None
@@ -458,7 +472,7 @@ def command_verdict(
             text = " ".join(str(exc).split()) or type(exc).__name__
             return Verdict(False, text, type(exc).__name__)
     if load and answers is None and entry.dry == DRY_LOAD:
-        refused = [f for f in DRY_LOAD.load()(config, command).findings if f.level.value == "error"]
+        refused = [f for f in DRY_LOAD.load()(config, entry.name).findings if f.level.value == "error"]
         if refused:
             first = refused[0]
             return Verdict(False, f"{first.message} What to do: {first.fix}", first.code)
@@ -545,6 +559,7 @@ __all__ = [
     "backend_requirements",
     "caller_commands",
     "checked_entry",
+    "chosen_entry",
     "command_entry",
     "command_keys",
     "command_verdict",

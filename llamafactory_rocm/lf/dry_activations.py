@@ -34,7 +34,7 @@ from .memory import ActivationTrace, sequences_per_forward
 from .patching import Patches
 
 # Run on the built model before the trace, each handed the launch: the forecast's FLOP count
-# (forecast/run.py count_step_flops, added only while a check asks for the forecast)
+# (forecast/flops.py count_step_flops, added only while a check asks for the forecast)
 STEP_HOOKS: list[Callable[[Launch], None]] = []
 
 

@@ -59,7 +59,7 @@ def dry_launch(
     out here (planning: DeepSpeed and torchrun are the target's); a checkpoint is then judged as DeepSpeed
     resumes it. ``planned``: the run is for another machine, whose Hugging Face cache and offline setting are
     its own (a Hub id not cached here is "not checked", never refused). ``parsed``: what ``get_train_args``
-    returned for this config already (check/run.py's verdict), so LLaMA-Factory's parser runs once a check."""
+    returned for this config already (check/rank.py's verdict), so LLaMA-Factory's parser runs once a check."""
     run = DryRun()
     with text_only_llamafactory():
         import llamafactory.data

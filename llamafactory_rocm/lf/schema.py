@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import UsageError, one_line
 from .patching import Patches
 
 
@@ -374,7 +374,7 @@ def load_schema() -> Schema:
         from .keys import shipped_train_keys
 
         version, keys = shipped_train_keys()
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        reason = one_line(exc, first_line=True)
         return Schema(keys, f"shipped key list of llamafactory {version} (LLaMA-Factory not importable: {reason})")
     keys = frozenset(
         action.dest for action in hf_parser._actions if action.dest != "help" and not action.dest.startswith("no_")

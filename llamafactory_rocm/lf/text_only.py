@@ -11,6 +11,8 @@ import importlib.machinery
 import sys
 from types import ModuleType
 
+from ..errors import one_line
+
 
 class MissingTorchaudio(ModuleType):
     """Stands in for a torchaudio that cannot be imported; fails only when audio is touched."""
@@ -46,7 +48,7 @@ class text_only_llamafactory:  # lower case: used like a function, `with text_on
         except Exception as exc:  # ImportError, or OSError for a CUDA-linked wheel (libc10_cuda.so)
             for name in [n for n in sys.modules if n.startswith("torchaudio.")]:
                 del sys.modules[name]
-            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            reason = one_line(exc, first_line=True)
             self._stand_in = MissingTorchaudio(reason)
             sys.modules["torchaudio"] = self._stand_in
 

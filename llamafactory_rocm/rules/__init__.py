@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from ..findings import Finding, has_errors
-from ..lf.commands import CHAT, EVAL, EXPORT, PLAN, TRAIN, Chain, checked_entry
+from ..findings import Finding, Level, has_errors
+from ..lf.commands import CHAT, EXPORT, PLAN, TRAIN, Chain, checked_entry
 from . import (
     adapter,
     blog_keys,
@@ -85,7 +85,7 @@ def _in_chain(function: Rule, chain: Chain) -> Rule | None:
     return None
 
 
-def chain_rules(chain: Chain) -> tuple[Rule, ...]:
+def chain_rules(chain: Chain | None) -> tuple[Rule, ...]:
     """The rules that declared themselves in ``chain``, in run order (``MODULES``, then as written)."""
     found = []
     for module in MODULES:
@@ -108,20 +108,16 @@ PLAN_RULES: tuple[Rule, ...] = chain_rules(PLAN)
 RULES: tuple[Rule, ...] = (*TRAIN_RULES, *PLAN_RULES)
 EXPORT_CHAIN: tuple[Rule, ...] = chain_rules(EXPORT)
 CHAT_CHAIN: tuple[Rule, ...] = chain_rules(CHAT)
-EVAL_CHAIN: tuple[Rule, ...] = chain_rules(EVAL)
 
 
 def rules_for(command: str) -> tuple[Rule, ...]:
-    """The rules that apply to ``command`` (one of lf.commands.COMMANDS): the chain its entry holds."""
-    chain = checked_entry(command).rules
-    return chain_rules(chain) if chain is not None else ()
+    """The chain ``command``'s entry holds (one of lf.commands.COMMANDS); the check hands on the entry itself."""
+    return chain_rules(checked_entry(command).rules)
 
 
 def plan_for(command: str) -> tuple[Rule, ...]:
-    """The rules run after ``command`` was built dry, on what it found (its entry's ``plan``; train's world and
-    memory), none for a command without one."""
-    chain = checked_entry(command).plan
-    return chain_rules(chain) if chain is not None else ()
+    """The chain run after ``command`` was built dry, on what it found (train's world and memory); () for none."""
+    return chain_rules(checked_entry(command).plan)
 
 
 @dataclass(frozen=True)
@@ -137,17 +133,43 @@ class Resolution:
 
 
 def resolve(
-    config: Mapping[str, Any], env: Mapping[str, str], ctx: Context, rules: tuple[Rule, ...] | None = None
+    config: Mapping[str, Any],
+    env: Mapping[str, str],
+    ctx: Context,
+    rules: tuple[Rule, ...] | None = None,
+    accept: frozenset[str] = frozenset(),
 ) -> Resolution:
     """Run ``rules`` (default: ``RULES``, the training chain) over (config, env); pure: the inputs are not
-    modified. ``rules_for(command)`` gives the chain of another command."""
+    modified. ``chain_rules(entry.rules)`` gives the chain of another command; ``accept``: the error codes
+    the user accepts knowingly (``accept_findings``)."""
     state = Step(dict(config), dict(env))
     findings: list[Finding] = list(ctx.extra_findings)
     for each in RULES if rules is None else rules:
         state = each(state.config, state.env, ctx)
         findings.extend(state.findings)
     changes = {k: v for k, v in state.env.items() if env.get(k) != v}
-    return Resolution(state.config, state.env, changes, findings)
+    return Resolution(state.config, state.env, changes, accept_findings(findings, accept))
+
+
+def accept_findings(findings: list[Finding], accepted: frozenset[str]) -> list[Finding]:
+    """Errors the user accepted knowingly become warnings, marked as accepted (shown and recorded)."""
+    out = []
+    for finding in findings:
+        if finding.code in accepted and finding.level is Level.ERROR:
+            finding = finding.model_copy(update={"level": Level.WARNING, "message": f"(accepted) {finding.message}"})
+        out.append(finding)
+    taken = sorted({f.code for f in findings if f.code in accepted})
+    if taken:
+        out.append(
+            Finding(
+                code="FINDING_ACCEPTED",
+                # not the entry's info: the run goes ahead past an error the user accepted, which a warning says
+                level=Level.WARNING,
+                new=taken,
+                message=f"Accepted knowingly: {', '.join(taken)}; the run goes ahead despite them.",
+            )
+        )
+    return out
 
 
 __all__ = [
@@ -158,6 +180,7 @@ __all__ = [
     "Context",
     "Resolution",
     "Target",
+    "accept_findings",
     "chain_rules",
     "module_rules",
     "plan_for",

@@ -150,7 +150,7 @@ def disagreement(peers: list[dict[str, Any]], accepted: bool = False) -> Finding
         shown += f"; and {len(phrases) - MAX_SHOWN} more"
     count = len({p["node"] for p in peers})
     nodes = f"{count} node{'s' if count != 1 else ''}"
-    if accepted:  # as check/run.py accept_findings marks an accepted error
+    if accepted:  # as rules/__init__.py accept_findings marks an accepted error
         return Finding(
             code=CODE,
             level=Level.WARNING,
