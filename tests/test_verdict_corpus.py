@@ -11,14 +11,17 @@ datasets or torch raise when the hook is off), and which of check's finding code
 failure (``codes``). The stock run is asked in two ways:
 
 - hook on (``llamafactory-cli train ARGS``, one subprocess each, two at a time): what a user with the
-  package installed gets. Every case check passes must finish here (exit 0, weights written); every
+  package installed gets. Every case check passes with a rewrite (of the config or the environment) must
+  finish here (exit 0, weights written), and the first case check passes of each category; every
   protective refusal, and the first refusal of each category, must leave output_dir untouched (no
   weights, no checkpoint, what was there kept). The hook's other refusals are check's own by the same
-  code, so they are not run again with it (``VERDICT_CORPUS_HOOK_ALL=1`` runs them all): that keeps the
-  corpus inside CI's budget.
+  code, and where check passes a config and rewrites nothing the hook hands LLaMA-Factory that config as
+  it is: those are asked of LLaMA-Factory alone (``VERDICT_CORPUS_HOOK_ALL=1`` runs them all with the
+  hook): that keeps the corpus inside CI's budget (each hook-on run is a process, ~6 s of imports).
 - hook off (``LLAMAFACTORY_ROCM=0``, ``run_exp`` exactly as ``llamafactory-cli train`` calls it, all those
   cases in one process so the imports are paid once): LLaMA-Factory's own verdict, for every case
-  recorded as ``fails`` and every case ``check`` refuses. With the hook on, a refusal by ``check`` is also
+  recorded as ``fails``, every case ``check`` refuses and every case check passes unchanged that the
+  hook did not run (it must finish: exit 0, weights written). With the hook on, a refusal by ``check`` is also
   a refusal by the hook, so a wrong refusal would otherwise look like agreement. Its error must hold the
   recorded ``words``; if LLaMA-Factory alone trains a case ``check`` refuses, the refusal is wrong, except
   the refusals that protect checkpoints already on disk (``protective``: LLaMA-Factory would write over
@@ -1513,6 +1516,7 @@ class CheckResult:
     errors: list[str]  # error codes (exit 2: ONE_LINE)
     codes: list[str]
     text: str  # what check printed, and every finding's message
+    rewrote: bool = True  # the resolved config or the environment differs from the input (unknown: True)
 
     @property
     def refused(self) -> bool:
@@ -1554,11 +1558,23 @@ def run_check(prep: Prepared) -> CheckResult:
         errors = [f["code"] for f in findings if f["level"] == "error"]
         codes = [f["code"] for f in findings]
         text = text + "\n" + "\n".join(str(f.get("message", "")) for f in findings)
+        # compared as JSON text: 8.0 == 8 in Python, and coercing a float lora_rank to 8 is a rewrite
+        written = json.dumps(input_config(prep), sort_keys=True, default=str)
+        rewrote = bool(report["env_changes"]) or json.dumps(report["config"], sort_keys=True, default=str) != written
     except (ValueError, KeyError, TypeError):
-        errors, codes = [], sorted(set(CODE.findall(text)))
+        errors, codes, rewrote = [], sorted(set(CODE.findall(text))), True
         if code == 2:  # the one-line refusal of a config LLaMA-Factory cannot read
             errors, codes = [ONE_LINE], [ONE_LINE]
-    return CheckResult(int(code), errors, codes, text)
+    return CheckResult(int(code), errors, codes, text, rewrote)
+
+
+def input_config(prep: Prepared) -> dict[str, Any] | None:
+    """The config as the user wrote it, where it is a plain YAML file and nothing else (no flags after it, no
+    environment of its own); None otherwise (then check's resolved config is not compared: asked with the hook)."""
+    if prep.case.flags or prep.case.tail or prep.case.env or not prep.args[0].endswith((".yaml", ".yml")):
+        return None
+    loaded = yaml.safe_load(Path(prep.args[0]).read_text(encoding="utf-8"))
+    return loaded if isinstance(loaded, dict) else None
 
 
 @dataclass
@@ -1718,7 +1734,8 @@ class Outcome:
         if self.case.check_only:
             train = "not run (check only)"
         elif self.train is None:
-            train = "hook on: not run (check's own refusal; LF alone asked)"
+            why = "check's own refusal" if self.check.refused else "check passed it unchanged"
+            train = f"hook on: not run ({why}; LF alone asked)"
         else:
             train = f"{self.train.exit} {self.train.state}: {self.train.last_error[:110]}"
         alone = (
@@ -1758,18 +1775,20 @@ def table(outcomes: list[Outcome]) -> str:
     return "\n".join([head, *(o.row() for o in bad)])
 
 
-def wants_hook_run(case: Case, check: CheckResult, hooked_refusals: set[str]) -> bool:
-    """Stock ``llamafactory-cli train`` with the hook on, for: every case check passes (it must train), every
-    protective refusal (what was on disk must be kept), and the first refusal of each category (the hook
-    stops the run before anything is written). The hook's other refusals are check's own, by the same code;
-    LLaMA-Factory alone is asked about each of them. ``VERDICT_CORPUS_HOOK_ALL=1`` runs the hook on all."""
+def wants_hook_run(case: Case, check: CheckResult, hooked: set[tuple[str, bool]]) -> bool:
+    """Stock ``llamafactory-cli train`` with the hook on, for: every case check passes with a rewrite (the
+    rewritten config must train), every protective refusal (what was on disk must be kept), and the first
+    case check passes and the first it refuses of each category (the hook trains it; the hook stops the run
+    before anything is written). The hook's other refusals are check's own, by the same code, and a config
+    check passes unchanged is handed to LLaMA-Factory as it is: LLaMA-Factory alone is asked about each of
+    them. ``VERDICT_CORPUS_HOOK_ALL=1`` runs the hook on all."""
     if case.check_only:
         return False
-    if os.environ.get("VERDICT_CORPUS_HOOK_ALL") or not check.refused or case.protective:
+    if os.environ.get("VERDICT_CORPUS_HOOK_ALL") or case.protective or (not check.refused and check.rewrote):
         return True
-    if case.category in hooked_refusals:
+    if (case.category, check.refused) in hooked:
         return False
-    hooked_refusals.add(case.category)
+    hooked.add((case.category, check.refused))
     return True
 
 
@@ -1794,10 +1813,10 @@ def corpus(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     trainings: dict[str, Future[TrainResult]] = {}
     with ThreadPoolExecutor(max_workers=WORKERS) as pool:
         alone_futures = [pool.submit(run_alone, first, root / "alone", alone_env(root / "alone"))]
-        hooked_refusals: set[str] = set()
+        hooked: set[tuple[str, bool]] = set()
         for p in prepared:  # each check before its own case's training touches that output_dir
             checks[p.case.id] = run_check(p)
-            if wants_hook_run(p.case, checks[p.case.id], hooked_refusals):
+            if wants_hook_run(p.case, checks[p.case.id], hooked):
                 # envs are made here: only this thread changes os.environ
                 trainings[p.case.id] = pool.submit(run_training, p, case_env(p.case, p.case_dir))
         # and for every other case check refuses: a wrong refusal would look like agreement with the hook on
@@ -1808,6 +1827,13 @@ def corpus(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
             if checks[p.case.id].refused and not p.case.protective and p.case.id not in asked
         ]
         alone_futures.append(pool.submit(run_alone, more, root / "alone-refused", alone_env(root / "alone-refused")))
+        # and every case check passed unchanged that the hook did not run: LLaMA-Factory alone must train it
+        unchanged = [
+            (p, prepare(p.case, tiny_model, root / "alone-passed" / p.case.id))
+            for p in stock
+            if not checks[p.case.id].refused and p.case.id not in trainings and p.case.id not in asked
+        ]
+        alone_futures.append(pool.submit(run_alone, unchanged, root / "alone-passed", alone_env(root / "alone-passed")))
         alone = {p.case.id: peft_on_meta(p) for p in prepared if p.case.check_only}
         for future in alone_futures:
             alone.update(future.result())
