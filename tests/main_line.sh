@@ -20,12 +20,42 @@ if [ -z "$wheel" ]; then
   exit 1
 fi
 echo "+ main line: $wheel"
+# .venv-main is the README's .venv with LLaMA-Factory main in front of it: the same torch, transformers, peft and
+# test packages (LLaMA-Factory installs with --no-deps on both lines, so a second resolve would pick the same ones),
+# seen through a .pth that adds .venv's site-packages (site.addsitedir: its own .pth files, our editable install
+# and startup hook, run too) after .venv-main's own, where the main wheel goes: `import llamafactory` and its
+# metadata find main first. A second full install cost ~100 s of CI's 30 minutes.
+base=${LLAMAFACTORY_ROCM_BASE_VENV:-.venv}
+base_site=$("$base/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 python3 -m venv .venv-main
+main_site=$(.venv-main/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+printf 'import site; site.addsitedir(%s)\n' "'$base_site'" > "$main_site/zz_llamafactory_rocm_base_venv.pth"
+.venv-main/bin/pip install -q --no-deps -e .  # this venv's llamafactory-rocm script
+.venv-main/bin/pip install -q --no-deps --force-reinstall "$wheel"
+# .venv's console scripts (torchrun, which LLaMA-Factory's launcher runs from PATH, pytest, accelerate...) with
+# this venv's python, and .venv/bin off PATH: nothing below may reach the 0.9.5 line by its own interpreter.
+base_bin=$(cd "$base/bin" && pwd)
+for script in "$base_bin"/*; do
+  name=$(basename "$script")
+  if [ ! -e ".venv-main/bin/$name" ] && head -n 1 "$script" | grep -q '^#!.*/python'; then
+    sed "1s|.*|#!$PWD/.venv-main/bin/python|" "$script" > ".venv-main/bin/$name"
+    chmod +x ".venv-main/bin/$name"
+  fi
+done
+PATH=$(printf '%s' "$PATH" | tr ':' '\n' | grep -vxF "$base_bin" | paste -sd: -)
 . .venv-main/bin/activate
-pip install -q torch==2.13.0
-pip install -q -e ".[test,webui]"
-pip install -q --no-deps "$wheel"
-python -c "import importlib.metadata as m; print('llamafactory', m.version('llamafactory'), 'transformers', m.version('transformers'))"
+python - <<'PY'
+import importlib.metadata as m
+import llamafactory
+version = m.version("llamafactory")
+# the main line, from .venv-main, or nothing below tests it
+assert version.startswith("0.9.6") and "/.venv-main/" in llamafactory.__file__, (version, llamafactory.__file__)
+print("llamafactory", version, "transformers", m.version("transformers"))
+PY
+case "$(command -v torchrun)" in
+  "$PWD/.venv-main/bin/"*) ;;
+  *) echo "main line: torchrun is $(command -v torchrun), not .venv-main's" >&2; exit 1 ;;
+esac
 # The hook and trainer paths, the pins to LLaMA-Factory's source (launcher, Ray, library constants), the
 # dry launch and its activation trace, each stage's own trainer against the memory estimate, the rank's view
 # on simulated nodes, the exposure line (the rules run the same code on both), and every literal refusal of that
