@@ -20,30 +20,6 @@ ROCM_SNAPSHOTS = ("mi300x", "mi300x_8gpu", "mi250x", "rx7900xtx", "w7900", "mi10
 ALL_SNAPSHOTS = tuple(sorted(p.stem for p in SNAPSHOTS.glob("*.json")))
 
 
-# The files that take minutes (the verdict and node corpora, the stock trainer runs) are started first:
-# pytest-xdist's --dist loadfile hands a file to each worker in collection order, and a long file handed out
-# last ran alone on one worker at the end of the run while the other had nothing left.
-STARTED_FIRST = (
-    "test_verdict_corpus.py",
-    "test_rank_view.py",
-    "test_train_e2e.py",
-    "test_presets.py",
-    "test_multinode.py",
-    "test_corpus_fixes.py",
-    "test_prepare.py",
-    "test_startup_hook.py",
-    "test_after_dry_corpus.py",
-    "test_webui_browser.py",
-    "test_after_hook.py",
-    "test_demo.py",
-)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    first = {name: i for i, name in enumerate(STARTED_FIRST)}
-    items.sort(key=lambda item: first.get(item.path.name, len(STARTED_FIRST)))  # stable: a file's own order kept
-
-
 def load_snapshot(name: str) -> Snapshot:
     return Snapshot.load(SNAPSHOTS / f"{name}.json")
 

@@ -24,15 +24,15 @@ echo "+ main line: $wheel"
 # test packages (LLaMA-Factory installs with --no-deps on both lines, so a second resolve would pick the same ones),
 # seen through a .pth that adds .venv's site-packages (site.addsitedir: its own .pth files, our editable install
 # and startup hook, run too) after .venv-main's own, where the main wheel goes: `import llamafactory` and its
-# metadata find main first. A second full install cost ~100 s of CI's 30 minutes. This package comes from .venv's
-# editable install (installed here again, its start-up .pth would run twice: two finders on sys.meta_path).
+# metadata find main first. A second full install cost ~100 s of CI's 30 minutes.
 base=${LLAMAFACTORY_ROCM_BASE_VENV:-.venv}
 base_site=$("$base/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 python3 -m venv .venv-main
 main_site=$(.venv-main/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 printf 'import site; site.addsitedir(%s)\n' "'$base_site'" > "$main_site/zz_llamafactory_rocm_base_venv.pth"
+.venv-main/bin/pip install -q --no-deps -e .  # this venv's llamafactory-rocm script
 .venv-main/bin/pip install -q --no-deps --force-reinstall "$wheel"
-# .venv's console scripts (torchrun, which LLaMA-Factory's launcher runs from PATH, llamafactory-rocm, pytest...) with
+# .venv's console scripts (torchrun, which LLaMA-Factory's launcher runs from PATH, pytest, accelerate...) with
 # this venv's python, and .venv/bin off PATH: nothing below may reach the 0.9.5 line by its own interpreter.
 base_bin=$(cd "$base/bin" && pwd)
 for script in "$base_bin"/*; do
