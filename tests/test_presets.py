@@ -170,13 +170,17 @@ print(json.dumps(answers))
 """
 
 
-def parser_config(name: str, tiny_model: Path, output_dir: Path) -> dict:
-    cfg = presets.load(name, overrides={"model_name_or_path": str(tiny_model), "output_dir": str(output_dir)})
+def runnable_here(cfg: dict) -> dict:
+    """The preset without what needs packages this machine lacks."""
     cfg.pop("deepspeed", None)  # DeepSpeed (a ROCm build) is not installed here; its JSON is tested above
     cfg.pop("quantization_bit", None)  # bitsandbytes neither: QLoRA's own keys are checked by check --gpu
     cfg.pop("quantization_method", None)
-    cfg["use_cpu"] = True  # bf16 on a CPU-only machine
     return cfg
+
+
+def parser_config(name: str, tiny_model: Path, output_dir: Path) -> dict:
+    overrides = {"model_name_or_path": str(tiny_model), "output_dir": str(output_dir)}
+    return {**runnable_here(presets.load(name, overrides=overrides)), "use_cpu": True}  # bf16 on a CPU-only machine
 
 
 @pytest.fixture(scope="module")
@@ -206,10 +210,7 @@ def test_preset_scaled_down_trains_through_the_real_trainer(name, tiny_model, tm
               "per_device_train_batch_size": 2, "gradient_accumulation_steps": 1, "max_samples": 16,
               "preprocessing_num_workers": 1, "dataloader_num_workers": 0, "save_steps": 3,
               "logging_steps": 1}  # fmt: skip
-    cfg = presets.load(name, overrides=scaled)
-    cfg.pop("deepspeed", None)
-    cfg.pop("quantization_bit", None)
-    cfg.pop("quantization_method", None)
+    cfg = runnable_here(presets.load(name, overrides=scaled))
     path = tmp_path / f"{name}.yaml"  # keeps the preset's name: the check sees which GPU it is for
     path.write_text(yaml.safe_dump(cfg))
     llamafactory_cli = str(Path(sys.executable).parent / "llamafactory-cli")

@@ -182,15 +182,16 @@ def judged(
     added, and the training launch's dry run (lf/dry_parts.py DryRun; None for the other commands)."""
     answers = device_answers(ctx.snapshot)
     rank = launched_world(config, env, ctx) if entry.trains else None
-    if rank is not None:
-        findings.append(
+    if rank is not None:  # a new list: the caller's (the rules' resolution) is left as it was
+        findings = [
+            *findings,
             Finding(
                 code="JUDGED_AS_RANK",
                 new=rank.size,
                 message=f"LLaMA-Factory's parser and launch ran dry as {rank.describe()}: what each rank of "
                 "that world runs (one device each); no collective was joined.",
-            )
-        )
+            ),
+        ]
     dry = None
     with judged_as(rank):
         verdict, parsed = llamafactory_verdict(config, answers, entry)

@@ -122,9 +122,8 @@ def faster_settings(forecast: Any, config: Mapping[str, Any], price: float | Non
     if checkpointing and step is not None and step.recompute and forecast.run_flops:
         changed_config = {**config, "disable_gradient_checkpointing": True}
         estimate = estimate_config(changed_config, forecast.gpus)
-        alias = forecast.card.alias if forecast.card is not None else None  # the catalogue's own alias
-        products = (p for arch in catalogue.archs.values() for p in arch.products)
-        memory = next((p.vram_gib for p in products if p.alias == alias), None)
+        found = catalogue.gpu(forecast.card.alias) if forecast.card is not None else None
+        memory = found[0].vram_gib if found is not None else None
         fits = None if estimate is None or memory is None else estimate.total_gib <= BUDGET * memory
         changed = dataclasses.replace(
             forecast,

@@ -57,21 +57,20 @@ class Forecast:
 
 
 def card_of(catalogue: Any, alias: str | None, device_names: list[str]) -> Card | None:
-    """The card: the catalogue product the target names (``alias``, as the catalogue gave it to the target),
-    else the product whose name the device's is."""
-    names = {name.lower() for name in device_names}
-    found = None
-    for arch in catalogue.archs.values():
-        for product in arch.products:
-            if alias and product.alias == alias:
-                return Card(product.alias, product.peak_dense_bf16_tflops, _peak_source(arch))
-            if product.name.lower() in names:
-                found = Card(product.alias, product.peak_dense_bf16_tflops, _peak_source(arch))
-    return found
-
-
-def _peak_source(arch: Any) -> str:
-    return arch.sources.get("peak_dense_bf16_tflops", "no peak figure in the catalogue")
+    """The card: the catalogue product the target names (``alias``: machine/catalogue.py ``Catalogue.gpu``), else
+    the product whose name the device's is."""
+    found = catalogue.gpu(alias) if alias else None
+    if found is None:
+        names = {name.lower() for name in device_names}
+        for arch in catalogue.archs.values():
+            for product in arch.products:
+                if product.name.lower() in names:
+                    found = (product, arch)
+    if found is None:
+        return None
+    product, arch = found
+    source = arch.sources.get("peak_dense_bf16_tflops", "no peak figure in the catalogue")
+    return Card(product.alias, product.peak_dense_bf16_tflops, source)
 
 
 @dataclass(frozen=True)
