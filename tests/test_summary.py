@@ -1,4 +1,5 @@
-"""The closing summary: ``format_summary`` on its own, and ``SummaryCallback`` on LLaMA-Factory's real trainer."""
+"""The closing summary: ``format_summary`` on its own, and ``SummaryCallback`` on LLaMA-Factory's real trainer,
+with the pre-launch check's forecast beside what the run measured (the oracle: the stock run's own files)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,18 @@ from pathlib import Path
 import pytest
 import yaml
 
-from llamafactory_rocm.train.summary import PeakMemory, RunSummary, format_summary, format_summary_line
+from llamafactory_rocm.check.record import latest_record
+from llamafactory_rocm.forecast.cards import Card, rates
+from llamafactory_rocm.forecast.flops import StepFlops
+from llamafactory_rocm.forecast.run import NoForecast, forecast_of
+from llamafactory_rocm.train.summary import (
+    NO_FORECAST,
+    PeakMemory,
+    RunSummary,
+    format_summary,
+    format_summary_line,
+    run_record,
+)
 from llamafactory_rocm.train.verbosity import quiet_by_default
 from tests.conftest import offline_env, tiny_train_config
 
@@ -52,7 +64,8 @@ def test_format_summary_says_each_fact_on_its_own_line(tmp_path: Path) -> None:
         "steps": "200",
         "tokens/s": "10,000 (120,000 tokens, counted)",
         "peak memory": "0.55 GiB process peak RSS (no GPU in use)",
-        "wall time": "2 min 30 s (training 12.0 s)",
+        "wall time": "2 min 30 s (training 12.0 s, transformers' train_runtime)",
+        "forecast": f"none: {NO_FORECAST}",
         "adapter": str(tmp_path / "adapter_model.safetensors"),
         "loss plot": str(tmp_path / "training_loss.png"),
         "launch record": str(tmp_path / "rocm_launch.json"),
@@ -77,6 +90,56 @@ def test_format_summary_says_what_is_missing_and_why(tmp_path: Path) -> None:
 def test_format_summary_line(tmp_path: Path) -> None:
     line = format_summary_line(make_summary(tmp_path))
     assert line == "loss 7.250 -> 0.491, 200 steps, 10,000 tokens/s, peak 0.55 GiB (process peak RSS), 2 min 30 s wall"
+
+
+def forecast_json(card: Card | None) -> dict:
+    """A forecast as the check makes it (forecast/run.py ``forecast_of``) and the record keeps it (JSON): 64 rows of
+    uneven lengths, batch 4, one epoch, a counted step of 4 x 128 tokens."""
+    step = StepFlops(forward=10**12, backward=2 * 10**12, recompute=10**12, sequences=4, length=128)
+    config = {"per_device_train_batch_size": 4, "num_train_epochs": 1.0}
+    made = forecast_of(config, 64, tuple(range(60, 124)), False, "sft", 1, card, {"step_flops": step})
+    return json.loads(json.dumps(made.as_json(), default=str))
+
+
+def test_the_forecast_is_said_beside_the_run_with_its_source(tmp_path: Path) -> None:
+    """Each forecast figure next to what the run measured, and where it comes from: a band from a published
+    fraction, a lower bound at 100% of peak, or why there is none; the record's "run" block says the same."""
+    fraction = rates()["achieved"]["mi300x"]
+    banded = forecast_json(Card("mi300x", 1307.4, "archs.json"))
+    summary = make_summary(tmp_path, global_step=16, steps=16, forecast=banded)
+    got = rows(format_summary(summary))
+    tokens = banded["tokens"]["total"]
+    assert got["forecast"] == f"16 steps (global_step 16), {tokens:,} tokens with padding (counted 120,000): " + (
+        "the check before launch"
+    )
+    low, high = (h * 3600 for h in banded["hours"])
+    assert got["forecast time"].startswith(f"{low:.1f} s to {high:.1f} s (trained 12.0 s): mi300x x 1, ")
+    assert f"{fraction['label']}, {fraction['date']})" in got["forecast time"]
+    said = run_record(summary)["forecast"]
+    assert said["steps"] == banded["work"]["steps"] and said["time"]["seconds"] == [low, high]
+    assert said["measured_over_forecast"] == [12.0 / high, 12.0 / low]
+
+    at_peak = forecast_json(Card("rx7900xtx", 122.8, "archs.json"))  # no published fraction
+    got = rows(format_summary(make_summary(tmp_path, global_step=16, forecast=at_peak)))
+    assert got["forecast time"].startswith(f"at least {at_peak['hours_at_peak'] * 3600:.1f} s (trained 12.0 s): ")
+    assert got["forecast time"].endswith("at 100% of peak: no measured fraction for this card")
+
+    resumed = rows(format_summary(make_summary(tmp_path, global_step=16, steps=4, resumed_from=12, forecast=at_peak)))
+    assert resumed["forecast"].startswith("16 steps for the whole run (global_step 16)")
+
+    no_card = forecast_json(None)  # a CPU: no card rate, so no time, and the forecast's own reason
+    got = rows(format_summary(make_summary(tmp_path, global_step=16, tokens_counted=False, forecast=no_card)))
+    assert got["forecast time"] == "none for this machine (the check's forecast: the card is not in the catalogue " + (
+        "(name one with --gpu))"
+    )
+    assert got["forecast"].endswith("tokens with padding (not counted by the trainer): the check before launch")
+    not_made = NoForecast("the dry run counted no train rows").as_json()
+    got = rows(format_summary(make_summary(tmp_path, forecast=not_made)))
+    assert got["forecast"] == "none: the dry run counted no train rows" and "forecast time" not in got
+    assert run_record(make_summary(tmp_path, forecast=not_made))["forecast"] == {
+        "made": False,
+        "why": "the dry run counted no train rows",
+    }
 
 
 # What the hook and launch do: quiet_by_default() before LLaMA-Factory is imported and again before
@@ -118,8 +181,13 @@ def summary_of_a_real_run(
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     lines = result.stdout.splitlines()
-    start = lines.index("llamafactory-rocm: training summary")
-    return rows("\n".join(lines[start : start + 9])), out, result.stdout + result.stderr
+    start = lines.index("llamafactory-rocm: training summary")  # the hook's, inside run_exp; the script's comes next
+    block = [lines[start]]
+    for line in lines[start + 1 :]:
+        if not line.startswith("  "):
+            break
+        block.append(line)
+    return rows("\n".join(block)), out, result.stdout + result.stderr
 
 
 @pytest.mark.trainer
@@ -129,11 +197,27 @@ def test_summary_of_a_real_trainer_run_with_counted_tokens_and_a_plot(tiny_model
     curve = [e["loss"] for e in state["log_history"] if "loss" in e]
     assert got["loss"] == f"{curve[0]:.3f} -> {curve[-1]:.3f} (first and last of 3 logged)"
     assert got["steps"] == "6" == str(state["global_step"])
-    runtime = [e["train_runtime"] for e in state["log_history"] if "train_runtime" in e][-1]  # the run's, not a log's
-    tokens_per_s, rest = got["tokens/s"].split(" ", 1)
-    assert rest == f"({state['num_input_tokens_seen']:,} tokens, counted)"
-    # our clock starts at on_train_begin, the trainer's a little earlier: the same figure within 25%
-    assert 0.8 < float(tokens_per_s.replace(",", "")) * runtime / state["num_input_tokens_seen"] < 1.25
+    # the measured figures are the stock run's own: transformers' train_runtime (LLaMA-Factory's train_results.json)
+    runtime, step = json.loads((out / "train_results.json").read_text())["train_runtime"], state["global_step"]
+    seen = state["num_input_tokens_seen"]
+    assert got["tokens/s"] == f"{seen / runtime:,.0f} ({seen:,} tokens, counted)"
+    assert got["wall time"].endswith(f"(training {runtime:.1f} s, transformers' train_runtime)")
+    # the forecast the hook's check made before launch (in its record), beside them: steps exact, tokens within 2%
+    record = latest_record(out)
+    forecast = record["forecast"]["tokens"]["total"]
+    assert abs(forecast - seen) <= 0.02 * seen, (forecast, seen)
+    assert got["forecast"] == (
+        f"{record['forecast']['work']['steps']} steps (global_step {step}), {forecast:,} tokens with padding "
+        f"(counted {seen:,}): the check before launch"
+    )
+    assert record["forecast"]["work"]["steps"] == step
+    assert got["forecast time"].startswith("none for this machine (the check's forecast: the card is not in")
+    run = record["run"]  # the same, added to the launch record after the run
+    assert (run["global_step"], run["train_runtime_s"], run["tokens"]) == (step, runtime, seen)
+    assert (run["forecast"]["steps"], run["forecast"]["tokens_with_padding"]) == (step, forecast)
+    assert "none" in run["forecast"]["time"] and run["tokens_counted"] is True
+    # the script's own callback has no check's forecast, and says so in one line
+    assert f"  forecast       none: {NO_FORECAST}" in log
     memory_gib = float(got["peak memory"].split(" GiB ")[0])
     assert got["peak memory"].endswith("process peak RSS (no GPU in use)") and 0.1 < memory_gib < 8
     assert "(training " in got["wall time"]
@@ -151,6 +235,7 @@ def test_summary_estimates_tokens_when_the_trainer_does_not_count_them(tiny_mode
     # plot_loss: false, or the check adds the plot to every training run (PLOT_LOSS_ADDED)
     got, out, log = summary_of_a_real_run(tmp_path, tiny_model, env={"LLAMAFACTORY_VERBOSITY": "INFO"}, plot_loss=False)
     assert got["tokens/s"].endswith("tokens, estimated from the data's mean row length)")
+    assert got["forecast"].endswith("tokens with padding (not counted by the trainer): the check before launch")
     assert got["loss plot"] == "none (plot_loss: true writes one)"
     assert not (out / "training_loss.png").exists()
     # the user's own verbosity wins: LLaMA-Factory's INFO lines and the token ids

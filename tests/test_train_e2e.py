@@ -75,6 +75,11 @@ def test_llamafactory_rocm_train_rewrites_the_blog_config_and_trains_in_bf16(tin
     assert record["versions"]["llamafactory"] and record["snapshot"]["source"] == "probe"
     # our own launch is recorded once: the hook inside LLaMA-Factory saw the digest and stayed quiet
     assert sorted(p.name for p in out.glob("rocm_launch*.json")) == ["rocm_launch.json"]
+    # train's check forecast the run; the hook found that forecast in train's record and said it beside the
+    # trainer's own count, in the summary and in the record's "run" block
+    step = json.loads((out / "trainer_state.json").read_text())["global_step"]
+    assert record["forecast"]["work"]["steps"] == step == record["run"]["global_step"]
+    assert f"forecast       {step} steps (global_step {step})" in summary
 
 
 def test_train_refuses_an_unknown_key_before_loading_anything(tiny_model, tmp_path):
@@ -269,6 +274,10 @@ def test_llamaboards_run_log_keeps_llamafactorys_lines_and_gets_the_findings_and
     assert "trainable params" in text  # LLaMA-Factory's own INFO line (model/loader.py), kept at its level
     assert "PRECISION_CPU_FP16" in text, text[-2000:]  # fp16 on a CPU: the finding is in the log
     assert "llamafactory-rocm: training summary" in text and "launch record" in text
+    # the check's forecast block (as check --forecast says it) and the summary's forecast beside the run
+    step = json.loads((tmp_path / "out-1" / "trainer_state.json").read_text())["global_step"]
+    assert "forecast (docs/forecast.md):" in text and f"  steps: {step} optimizer steps: " in text, text[-3000:]
+    assert f"{step} steps (global_step {step})" in text and "forecast time  none for this machine" in text
 
 
 def test_a_record_that_cannot_be_written_is_a_warning_and_the_resolved_config_still_trains(tiny_model, tmp_path):
@@ -316,4 +325,5 @@ def test_a_resumed_run_is_said_before_and_counted_as_the_steps_this_process_ran(
     assert again.returncode == 0, again.stderr[-3000:]
     text = again.stdout + again.stderr
     assert "steps          2 (resumed at step 4)" in text, text[-3000:]
+    assert "forecast       6 steps for the whole run (global_step 6)" in text  # the check's, from step 0
     assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 6  # what transformers ran

@@ -1,4 +1,6 @@
-"""The launch record: what went in, what was changed and why, on which machine, with which versions."""
+"""The launch record: what went in, what was changed and why, on which machine, with which versions, the check's
+forecast of the run (``"forecast"``, forecast/run.py), and once the run ended what it measured beside that forecast
+(``"run"``, added by train/summary.py)."""
 
 from __future__ import annotations
 
@@ -43,6 +45,8 @@ def build_record(report: Report, origin: str, resolved_yaml: str | None) -> dict
         "snapshot": report.snapshot.model_dump(mode="json"),
         "versions": versions(),
         "resolved_yaml": resolved_yaml,
+        # the check's forecast (forecast/run.py Forecast or NoForecast as JSON); None where none was asked for
+        "forecast": None if report.forecast is None else report.forecast.as_json(),
     }
 
 
@@ -72,8 +76,32 @@ def latest_record(output_dir: str | Path) -> dict[str, Any]:
     return json.loads(records[-1].read_text(encoding="utf-8"))
 
 
+def _add(record_path: Path, key: str, value: Any) -> None:
+    record = json.loads(record_path.read_text(encoding="utf-8"))
+    record[key] = value
+    atomic_write_text(record_path, json.dumps(record, indent=2, default=str) + "\n", overwrite=True)
+
+
 def add_nodes(record_path: Path, nodes: list[dict[str, Any]]) -> None:
     """Add every node's facts (from the nodes' agreement) to the world's one record, atomically."""
-    record = json.loads(record_path.read_text(encoding="utf-8"))
-    record["nodes"] = nodes
-    atomic_write_text(record_path, json.dumps(record, indent=2, default=str) + "\n", overwrite=True)
+    _add(record_path, "nodes", nodes)
+
+
+def add_run(record_path: Path, run: dict[str, Any]) -> None:
+    """Add what the finished run measured, beside the check's forecast (train/summary.py ``run_record``)."""
+    _add(record_path, "run", run)
+
+
+def record_of(output_dir: str | Path, config: dict[str, Any]) -> tuple[Path, dict[str, Any]] | None:
+    """The newest launch record in output_dir of this resolved config (``llamafactory-rocm train`` wrote it
+    before handing over; the hook inside finds its forecast there), or None."""
+    wanted = json.loads(json.dumps(config, default=str))  # as build_record wrote it
+    records = sorted(Path(output_dir).glob(f"{RECORD_STEM}*.json"), key=lambda p: p.stat().st_mtime_ns)
+    for path in reversed(records):
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):  # another run's broken file is not this run's record
+            continue
+        if isinstance(record, dict) and record.get("resolved_config") == wanted:
+            return path, record
+    return None

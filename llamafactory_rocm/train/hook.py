@@ -11,6 +11,8 @@ Resolution apart from side effects:
   and this machine's facts and check nothing again;
 - side effects come after, on the world's rank 0 only: the launch record. One that cannot be written is
   a warning, never a reason to train something else;
+- the check makes the run's forecast (forecast/run.py, as ``check --forecast``): it goes in the launch record,
+  LlamaBoard's log and, beside what the run measured, the closing summary (train/summary.py);
 - if the check itself fails (a bug), every rank takes the same decision: it stops, in one line that names
   the off switch. No rank trains a config another rank did not.
 """
@@ -139,7 +141,7 @@ class Prepared:
         from .summary import SummaryCallback
 
         wait_for_every_node()  # a node whose ranks died before this point does not hold the others for days
-        summary = SummaryCallback()
+        summary = SummaryCallback(*self.forecast_and_record())
         # Every node agrees before step 1 (world size > 1); the world's rank 0 adds every node's facts to
         # its record, and a node that cannot see that record (no shared output_dir) writes its own.
         agreement = NodeAgreement(self.config, self.snapshot, record=self.record, node_record=self.node_record)
@@ -148,6 +150,19 @@ class Prepared:
         result = original(self.config, [*(callbacks or []), guard, agreement, summary, board])
         summary.report()  # after run_exp: LLaMA-Factory saves the model and the loss plot after the last callback
         return result
+
+    def forecast_and_record(self) -> tuple[dict[str, Any] | None, Path | None]:
+        """The pre-launch check's forecast (as JSON) and its launch record, for the summary: this hook's check, or
+        where ``llamafactory-rocm train`` checked (no report here), the record it wrote for this config."""
+        if self.report is not None:
+            forecast = self.report.forecast
+            return (None if forecast is None else forecast.as_json()), self.record
+        if not is_rank0():
+            return None, None
+        from ..check.record import record_of
+
+        found = record_of(record_folder(self.config, "train") or ".", self.config)
+        return (None, None) if found is None else (found[1].get("forecast"), found[0])
 
     def node_record(self, node: int) -> Path | None:
         """This node's own record, where it does not share rank 0's output_dir; None without a report."""
@@ -189,6 +204,7 @@ def prepare(args: dict[str, Any] | list[str] | None) -> Prepared | None:
     from ..check.render import report_text
     from ..check.request import Depth, from_run_exp
     from ..check.run import run_check
+    from ..forecast.flops import requested
     from ..machine.probe import take_snapshot
 
     request = from_run_exp(args)
@@ -201,7 +217,8 @@ def prepare(args: dict[str, Any] | list[str] | None) -> Prepared | None:
     depth = Depth.FULL if os.environ.get("LOCAL_RANK", "0") == "0" else Depth.RULES
     from dataclasses import replace
 
-    report = run_check(replace(request, snapshot=snapshot, depth=depth))
+    with requested():  # the run's forecast, for the record, LlamaBoard's log and the closing summary
+        report = run_check(replace(request, snapshot=snapshot, depth=depth))
     os.environ.update(report.resolution.env_changes)
     text = report_text(report)
     node_first = os.environ.get("LOCAL_RANK", "0") == "0"
@@ -214,6 +231,7 @@ def prepare(args: dict[str, Any] | list[str] | None) -> Prepared | None:
     record = write_record(report) if is_rank0() else None
     if record is not None and report.findings:
         say(f"launch record written to {record}")
+    # LlamaBoard's log gets the whole report, the forecast block included (train/board.py)
     return Prepared(
         report.config, snapshot, report, ["llamafactory-rocm: pre-launch check", *text.splitlines()], record
     )

@@ -36,8 +36,11 @@ def prepare_training(
 ) -> Report:
     """Check what ``llamafactory-cli train`` would get (``cfg.yaml key=value ...`` or ``--key value ...``)
     on this machine: a named target is a requirement here, not a plan."""
+    from ..forecast.flops import requested
+
     request = from_launch_args(launch_args, origin=origin, gpu=gpu, arch=arch, accept=accept, plan=False)
-    return run_check(request)
+    with requested():  # the forecast goes in the record, where the hook's summary finds it (train/hook.py)
+        return run_check(request)
 
 
 HANDED_OVER = False  # True once LLaMA-Factory runs: its errors are its own, shown as it shows them

@@ -1,10 +1,17 @@
-"""The closing summary of a training run: losses, steps, speed, memory, time and where things went.
+"""The closing summary of a training run: losses, steps, speed, memory, time and where things went, and the
+forecast the check made before launch beside what the run measured.
 
 ``SummaryCallback`` is a transformers ``TrainerCallback`` handed to LLaMA-Factory's ``run_exp``
 with the guard; it collects from the trainer state while training runs. ``report()`` is called
 after ``run_exp`` returns, because LLaMA-Factory saves the model and writes its loss plot only after
 the trainer's last callback (``on_train_end``). ``format_summary`` is a pure function of a
 ``RunSummary``, so the demo builds one from ``trainer_state.json`` and prints the same lines.
+
+The forecast is the one the pre-launch check made for this config (train/hook.py hands it over: the hook's own
+check, or the launch record of ``llamafactory-rocm train``'s), never a second one made here. Beside it: the
+trainer's ``global_step``, transformers' ``train_runtime`` and the tokens the trainer counted. Where the check
+made no time for this machine (a CPU: no card), the summary says why in one line. The same comparison is added to
+the launch record as its ``"run"`` block (``report``; check/record.py ``add_run``).
 """
 
 from __future__ import annotations
@@ -20,7 +27,8 @@ from typing import Any, TextIO
 
 from transformers import TrainerCallback
 
-from ..check.record import RECORD_STEM
+from ..check.record import RECORD_STEM, add_run
+from ..console import say
 from .board import log_lines
 
 PLOT_NAME = "training_loss.png"  # what LLaMA-Factory's plot_loss writes for the "loss" key
@@ -50,6 +58,11 @@ class RunSummary:
     plot: Path | None
     record: Path | None
     resumed_from: int | None = None  # the checkpoint's global step a resumed run started from
+    global_step: int | None = None  # the trainer's own count at the end (trainer_state.json global_step)
+    train_s_from: str = "transformers' train_runtime"  # which clock train_s is
+    # the pre-launch check's forecast (forecast/run.py Forecast.as_json, or NoForecast's {"made": false, "why"}),
+    # None where the check made none
+    forecast: Mapping[str, Any] | None = None
 
     @property
     def tokens_per_s(self) -> float | None:
@@ -108,6 +121,7 @@ def summary_from_output_dir(output_dir: Path, wall_s: float | None = None) -> Ru
     return RunSummary(
         losses=logged_losses(history),
         steps=int(state.get("global_step") or 0),
+        global_step=int(state.get("global_step") or 0),
         tokens=tokens or None,
         tokens_counted=True,
         train_s=runtimes[-1] if runtimes else None,
@@ -124,6 +138,99 @@ def _seconds(s: float) -> str:
     return f"{s:.1f} s" if s < 120 else f"{int(s // 60)} min {s % 60:02.0f} s"
 
 
+NO_FORECAST = "the check before launch made no forecast for this run"
+NO_TIME = "no time was forecast (the launch record's forecast notes say why)"
+
+
+def _forecast_time(f: Mapping[str, Any]) -> dict[str, Any]:
+    """The forecast's time for the run with its source (forecast/cards.py ``time_and_cost``), or why there is none."""
+    card, fraction = f.get("card") or {}, f.get("achieved_fraction")
+    peak = f"peak dense bf16 {card.get('peak_tflops')} TFLOPS (the catalogue's, docs/forecast.md#peaks)"
+    where = f"{card.get('alias')} x {f.get('gpus')}, {peak}"
+    if f.get("hours") and fraction:
+        low, high = f["hours"]
+        return {
+            "seconds": [low * 3600, high * 3600],
+            "source": f"{where} x {fraction['fraction_low']:.0%}-{fraction['fraction_high']:.0%} achieved "
+            f"({fraction['label']}, {fraction['date']})",
+        }
+    if f.get("hours_at_peak"):
+        return {
+            "at_least_seconds": f["hours_at_peak"] * 3600,
+            "source": f"{where} at 100% of peak: no measured fraction for this card",
+        }
+    notes = [str(n) for n in f.get("notes") or []]
+    why = next((n for n in notes if n.startswith(("time not forecast", "FLOPs not counted"))), NO_TIME)
+    return {"none": why.removeprefix("time not forecast: ")}
+
+
+def beside_forecast(s: RunSummary) -> dict[str, Any]:
+    """The check's forecast beside what this run measured: the summary's lines and the record's ``"run"`` block."""
+    f = s.forecast
+    if f is None or f.get("made") is False:
+        return {"made": False, "why": NO_FORECAST if f is None else str(f.get("why"))}
+    tokens = f.get("tokens") or {}
+    when = _forecast_time(f)
+    return {
+        "made": True,
+        "steps": f["work"]["steps"],
+        "global_step": s.global_step,
+        "tokens_with_padding": tokens.get("total"),
+        "tokens_counted": s.tokens if s.tokens_counted else None,
+        "time": when,
+        "train_runtime_s": s.train_s,
+        # the measured train_runtime over the forecast's slow and fast ends
+        "measured_over_forecast": (
+            [s.train_s / when["seconds"][1], s.train_s / when["seconds"][0]]
+            if s.train_s and when.get("seconds") and when["seconds"][0] > 0
+            else None
+        ),
+    }
+
+
+def run_record(s: RunSummary) -> dict[str, Any]:
+    """What the launch record gets after the run (its ``"run"`` block): the summary's figures, each with its source."""
+    return {
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "global_step": s.global_step,
+        "steps_run": s.steps,
+        "resumed_from": s.resumed_from,
+        "train_runtime_s": s.train_s,
+        "train_runtime_from": s.train_s_from,
+        "tokens": s.tokens,
+        "tokens_counted": s.tokens_counted,
+        "tokens_per_s": s.tokens_per_s,
+        "wall_s": s.wall_s,
+        "peak_memory_gib": None if s.memory is None else s.memory.gib,
+        "peak_memory_what": None if s.memory is None else s.memory.what,
+        "losses_first_last": [s.losses[0], s.losses[-1]] if s.losses else None,
+        "forecast": beside_forecast(s),
+    }
+
+
+def _forecast_rows(s: RunSummary) -> list[tuple[str, str]]:
+    """The forecast's rows, each figure beside what the run measured: steps and tokens, then time."""
+    said = beside_forecast(s)
+    if not said["made"]:
+        return [("forecast", f"none: {said['why']}")]
+    whole = " for the whole run" if s.resumed_from else ""  # the forecast counts from step 0
+    work = f"{said['steps']:,} steps{whole} (global_step {s.global_step if s.global_step is not None else 'not known'})"
+    if said["tokens_with_padding"] is not None:
+        counted = f"counted {s.tokens:,}" if s.tokens_counted and s.tokens else "not counted by the trainer"
+        work += f", {said['tokens_with_padding']:,} tokens with padding ({counted})"
+    rows = [("forecast", f"{work}: the check before launch")]
+    when = said["time"]
+    trained = "" if s.train_s is None else f" (trained {_seconds(s.train_s)})"
+    if "seconds" in when:
+        low, high = when["seconds"]
+        rows.append(("forecast time", f"{_seconds(low)} to {_seconds(high)}{trained}: {when['source']}"))
+    elif "at_least_seconds" in when:
+        rows.append(("forecast time", f"at least {_seconds(when['at_least_seconds'])}{trained}: {when['source']}"))
+    else:
+        rows.append(("forecast time", f"none for this machine (the check's forecast: {when['none']})"))
+    return rows
+
+
 def format_summary(s: RunSummary) -> str:
     """The closing summary, one fact a line."""
     if s.losses:
@@ -137,13 +244,14 @@ def format_summary(s: RunSummary) -> str:
     memory = f"{s.memory.gib:.2f} GiB {s.memory.what}" if s.memory else "not known"
     wall = _seconds(s.wall_s) if s.wall_s is not None else "not known"
     if s.train_s is not None:
-        wall += f" (training {_seconds(s.train_s)})"
+        wall += f" (training {_seconds(s.train_s)}, {s.train_s_from})"
     rows = [
         ("loss", loss),
         ("steps", str(s.steps) + (f" (resumed at step {s.resumed_from})" if s.resumed_from else "")),
         ("tokens/s", speed),
         ("peak memory", memory),
         ("wall time", wall),
+        *_forecast_rows(s),
         ("adapter" if s.adapter is None or s.adapter.name == ADAPTER_NAME else "model", str(s.adapter or "none saved")),
         ("loss plot", str(s.plot) if s.plot else "none (plot_loss: true writes one)"),
         ("launch record", str(s.record) if s.record else "none"),
@@ -176,12 +284,15 @@ def _mean_row_tokens(dataloader: Any) -> float | None:
 
 
 class SummaryCallback(TrainerCallback):
-    """Collects the summary's facts while the trainer runs; ``report()`` prints them on rank 0."""
+    """Collects the summary's facts while the trainer runs; ``report()`` prints them on rank 0 and adds them to
+    the launch record. ``forecast``: the pre-launch check's (as JSON); ``record``: that check's launch record."""
 
-    def __init__(self) -> None:
+    def __init__(self, forecast: Mapping[str, Any] | None = None, record: Path | None = None) -> None:
+        self._forecast, self._record = forecast, record
         self._created = time.perf_counter()  # the wall time counts model and data loading too
         self._train_start: float | None = None
         self._train_s: float | None = None
+        self._train_s_from = "transformers' train_runtime"
         self._tokens_at_start = 0
         self._mean_row_tokens: float | None = None
         self._state: Any = None
@@ -201,8 +312,13 @@ class SummaryCallback(TrainerCallback):
             self._first_step = state.global_step
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self._train_start is not None:
+        # transformers logs train_runtime (Trainer._finalize_training: speed_metrics, self.log) before this callback
+        runtimes = [e["train_runtime"] for e in state.log_history if isinstance(e.get("train_runtime"), (int, float))]
+        if runtimes:
+            self._train_s, self._train_s_from = float(runtimes[-1]), "transformers' train_runtime"
+        elif self._train_start is not None:
             self._train_s = time.perf_counter() - self._train_start
+            self._train_s_from = "from on_train_begin (no train_runtime logged)"
         self._state, self._args = state, args
         self._memory = peak_memory()
 
@@ -223,25 +339,34 @@ class SummaryCallback(TrainerCallback):
             losses=logged_losses(state.log_history),
             steps=self.steps_run(state),
             resumed_from=self._first_step or None,
+            global_step=state.global_step,
             tokens=tokens,
             tokens_counted=counted > 0,
             train_s=self._train_s,
+            train_s_from=self._train_s_from,
             wall_s=time.perf_counter() - self._created,
             memory=self._memory,
             output_dir=output_dir,
             adapter=adapter,
             plot=plot,
-            record=record,
+            record=self._record if self._record is not None and self._record.is_file() else record,
+            forecast=self._forecast,
         )
 
     def steps_run(self, state: Any) -> int:
         return state.global_step - (self._first_step or 0)
 
     def report(self, stream: TextIO | None = None) -> RunSummary | None:
-        """Print the summary on the world's rank 0; call after ``run_exp`` returns."""
+        """Print the summary on the world's rank 0 and add it to the check's launch record; call after ``run_exp``
+        returns."""
         summary = self.summary()
         if summary is not None and self._state.is_world_process_zero:
             text = format_summary(summary)
             print(text, file=stream or sys.stdout, flush=True)
             log_lines(text.splitlines())  # into LlamaBoard's running_log.txt, when it runs
+            if self._record is not None:
+                try:
+                    add_run(self._record, run_record(summary))
+                except (OSError, ValueError) as exc:  # the run is done and said: a record left as it was is a warning
+                    say(f"warning: the run's figures could not be added to {self._record} ({exc}).")
         return summary
