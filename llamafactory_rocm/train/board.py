@@ -8,7 +8,10 @@ attaches to its root logger when the callback is built, inside ``run_exp`` (trai
 
 - the log stays as LLaMA-Factory writes it (``verbosity.quiet_by_default`` steps aside);
 - the check's report is logged once that handler exists (``on_init_end``, after ``LogCallback`` was
-  built and before step 1), and the closing summary after the run, through ``llamafactory.rocm``.
+  built and before step 1), and the closing summary after the run, through ``llamafactory.rocm``. The
+  report holds the check's forecast block, as ``check --forecast`` prints it (the hook asks for the forecast:
+  train/hook.py ``prepare``), and the summary the forecast beside what the run measured (train/summary.py), so
+  the page's Train tab shows both.
 
 In the page's own process (the webui entry's hooks in lf/commands.py REGISTRY):
 
