@@ -16,8 +16,9 @@ from llamafactory_rocm.findings import Finding, Level, registry
 from llamafactory_rocm.findings.registry import CodeEntry, CodeRegistry
 from llamafactory_rocm.lf import commands
 from llamafactory_rocm.lf.commands import CHAT, TRAIN, Command, Ref
-from llamafactory_rocm.rules import rules_for, values
+from llamafactory_rocm.rules import values
 from llamafactory_rocm.rules.base import Context, Step, rule, unchanged
+from tests.registry_chains import rules_for
 
 MODEL = "meta-llama/Meta-Llama-3-8B-Instruct"
 

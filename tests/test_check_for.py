@@ -20,10 +20,11 @@ from llamafactory_rocm.lf.commands import CHAT as CHAT_CHAIN
 from llamafactory_rocm.lf.commands import EXPORT as EXPORT_CHAIN
 from llamafactory_rocm.lf.commands import TRAIN as TRAIN_CHAIN
 from llamafactory_rocm.lf.commands import command_verdict
-from llamafactory_rocm.rules import PLAN_RULES, RULES, TRAIN_RULES, module_rules, plan_for, predict, rules_for, serving
+from llamafactory_rocm.rules import PLAN_RULES, RULES, TRAIN_RULES, module_rules, predict, serving
 from llamafactory_rocm.rules import export as export_rules
 from tests.after_training_helpers import peft_adapter_config
 from tests.conftest import load_snapshot
+from tests.registry_chains import plan_for, rules_for
 
 MODEL = "meta-llama/Meta-Llama-3-8B-Instruct"
 ADAPTER = {"model_name_or_path": MODEL, "adapter_name_or_path": "saves/llama3-8b/lora/sft", "template": "llama3"}

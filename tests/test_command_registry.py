@@ -20,8 +20,9 @@ from llamafactory_rocm import _startup
 from llamafactory_rocm.cli.main import build_parser
 from llamafactory_rocm.lf import commands
 from llamafactory_rocm.lf.commands import CHAT, COMMANDS, REGISTRY, Chain, Ref, command_entry, hooked_modules
-from llamafactory_rocm.rules import chain_rules, plan_for, rules_for
+from llamafactory_rocm.rules import chain_rules
 from tests.launcher_branches import cli_commands
+from tests.registry_chains import plan_for, rules_for
 
 NEEDS_GRADIO = importlib.util.find_spec("gradio") is None or importlib.util.find_spec("fastapi") is None
 

@@ -324,7 +324,6 @@ def test_the_entry_keys_are_llamafactorys_own():
     assert read | set(entry.COLUMN_KEYS) | set(entry.TAG_KEYS) == set(fields) - {"load_from", "dataset_name"}
     assert typing.get_args(fields["formatting"].type) == entry.FORMATTINGS
     assert entry.SOURCE_KEYS[-1] == "file_name" and {"hf_hub_url", "script_url"} <= set(entry.SOURCE_KEYS)
-    assert entry.tag_defaults() == {tag: fields[tag].default for tag in entry.TAG_KEYS}
 
 
 def test_a_key_llamafactory_ignores_is_a_warning_not_a_refusal(tmp_path):

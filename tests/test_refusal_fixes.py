@@ -18,6 +18,7 @@ import ast
 import contextlib
 import inspect
 import io
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,10 +28,11 @@ import pytest
 from llamafactory_rocm.check.run import check_config
 from llamafactory_rocm.findings import Level
 from llamafactory_rocm.findings.registry import load_codes
-from llamafactory_rocm.lf.causes import cause_of, patterns, user_values
+from llamafactory_rocm.lf.causes import cause_of, patterns
 from tests.conftest import tiny_train_config
 
 DELETE = object()
+USER_VALUE = re.compile(r"^<[^>]+>$")  # a remedy value lf/causes.json leaves to the user: "<dataset>"
 CHECKPOINT_FILE = "adapter_model.safetensors"  # one of LLaMA-Factory's CHECKPOINT_NAMES (extras/constants.py)
 
 
@@ -136,7 +138,7 @@ def stock_parser_words(config: dict[str, Any]) -> str | None:
 def applied(config: dict[str, Any], remedy: dict[str, Any], working: dict[str, Any]) -> dict[str, Any]:
     """``config`` with the remedy's changes; a value the user supplies is what the working config had."""
     fixed = dict(config)
-    own = user_values(remedy)
+    own = {k for k, v in remedy.items() if isinstance(v, str) and USER_VALUE.match(v)}
     for key, value in remedy.items():
         if key in own:
             value = working[key]

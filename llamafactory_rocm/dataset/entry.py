@@ -14,7 +14,6 @@ The keys it reads are not a copied list: they are recorded by running LLaMA-Fact
 from __future__ import annotations
 
 import ast
-import dataclasses
 import difflib
 import inspect
 import textwrap
@@ -50,10 +49,9 @@ class _Reads(dict):
 
 
 @lru_cache(maxsize=1)
-def _parser_reads() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...], dict[str, Any]]:
-    """(source keys in get_dataset_list's order, option keys, column keys, tag keys, DatasetAttr field
-    defaults), read by running LLaMA-Factory's own ``get_dataset_list`` and ``DatasetAttr.join``
-    (data/parser.py) on entries that record what they are asked."""
+def _parser_reads() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """(source keys in get_dataset_list's order, option keys, column keys, tag keys), read by running
+    LLaMA-Factory's own ``get_dataset_list`` and ``DatasetAttr.join`` (data/parser.py) on recording entries."""
     from ..lf.text_only import text_only_llamafactory
 
     with text_only_llamafactory():
@@ -68,8 +66,7 @@ def _parser_reads() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], 
     DatasetAttr("file", "probe").join(blocks)
     columns = tuple(dict.fromkeys(blocks.blocks["columns"].asked))
     tags = tuple(dict.fromkeys(blocks.blocks["tags"].asked))
-    defaults = {f.name: f.default for f in dataclasses.fields(DatasetAttr)}
-    return sources, (*options, "columns", "tags"), columns, tags, defaults
+    return sources, (*options, "columns", "tags"), columns, tags
 
 
 class _FromParser(Sequence[str]):
@@ -107,12 +104,6 @@ FORMATTINGS = ("alpaca", "sharegpt", "openai")
 
 def dataset_attr_keys() -> frozenset[str]:
     return frozenset((*SOURCE_KEYS, *OPTION_KEYS))
-
-
-def tag_defaults() -> dict[str, Any]:
-    """Each tag's default when an entry has no ``tags`` block: DatasetAttr's field defaults."""
-    defaults = _parser_reads()[4]
-    return {tag: defaults[tag] for tag in TAG_KEYS}
 
 
 def converter_reads(formatting: str) -> frozenset[str]:

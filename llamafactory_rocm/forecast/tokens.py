@@ -73,11 +73,6 @@ def padded_moments(lengths: Sequence[int], batch: int, multiple: int, *, sample:
     return first, max(second - first * first, 0.0)
 
 
-def expected_padded(lengths: Sequence[int], batch: int, multiple: int, *, sample: bool) -> float:
-    """The expected ``numel`` of a batch of ``batch`` random rows: batch x E[rounded longest row]."""
-    return padded_moments(lengths, batch, multiple, sample=sample)[0]
-
-
 def run_tokens(
     lengths: Sequence[int], work: Work, multiple: int, *, sampled: bool, shuffled: bool = True
 ) -> Tokens | None:

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 CAUSES_FILE = "causes.json"
-USER_VALUE = re.compile(r"^<(?P<what>[^>]+)>$")  # a remedy value the user supplies: "<model>"
 
 
 @dataclass(frozen=True)
@@ -246,8 +245,3 @@ def _choices(key: str) -> str:
         if action.dest == key and action.choices is not None:
             return ", ".join(str(getattr(c, "value", c)) for c in action.choices)
     return ""
-
-
-def user_values(remedy: Mapping[str, Any]) -> dict[str, str]:
-    """The remedy's keys whose value is the user's own (``<model>``), with what to give."""
-    return {k: m.group("what") for k, v in remedy.items() if isinstance(v, str) and (m := USER_VALUE.match(v))}

@@ -31,12 +31,6 @@ class Work:
     # the row indices of each micro-batch of one epoch on each rank, as accelerate deals them unshuffled
     batches: tuple[tuple[tuple[int, ...], ...], ...] = ()
 
-    @property
-    def micro_batches(self) -> int:
-        """Micro-batches each rank runs over the whole run: full epochs, then the last epoch's share."""
-        full, left = divmod(self.steps, self.steps_per_epoch)
-        return full * self.batches_per_rank + min(left * self.accumulation, self.batches_per_rank)
-
     def as_json(self) -> dict[str, Any]:
         return {
             "rows": self.rows,

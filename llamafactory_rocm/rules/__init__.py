@@ -7,9 +7,9 @@ lists a chain's rules in the order of ``MODULES`` below, and within a module in 
 Order matters only where one rule's output is another's input: blog-style keys are translated
 before unknown keys are refused and before the precision rules read ``fp16``/``bf16``.
 
-``rules_for(command)`` is the chain its entry holds: ``train`` runs ``TRAIN`` (``predict_with_generate`` is a
-training key, so the prediction rules are in it), then, after its launch ran dry, ``PLAN`` (``plan_for``: the
-world and the memory, on what the dry run found); ``export``, ``chat``, ``api``, ``webchat`` and ``eval`` run
+A command runs the chain its entry holds: ``train`` runs ``TRAIN`` (``predict_with_generate`` is a
+training key, so the prediction rules are in it), then, after its launch ran dry, ``PLAN`` (the world and the
+memory, on what the dry run found); ``export``, ``chat``, ``api``, ``webchat`` and ``eval`` run
 the machine rules that concern loading a model on the device, then their own (rules/export.py,
 rules/serving.py, rules/adapter.py; docs/after-training.md). An export on the CPU (``export_device: cpu``,
 LLaMA-Factory's default) uses no GPU: the device rules join the export chain as ``EXPORT_ON_GPU`` and step
@@ -24,7 +24,7 @@ from types import ModuleType
 from typing import Any
 
 from ..findings import Finding, Level, has_errors
-from ..lf.commands import CHAT, EXPORT, PLAN, TRAIN, Chain, checked_entry
+from ..lf.commands import PLAN, TRAIN, Chain
 from . import (
     adapter,
     blog_keys,
@@ -106,18 +106,6 @@ TRAIN_RULES: tuple[Rule, ...] = chain_rules(TRAIN)
 PLAN_RULES: tuple[Rule, ...] = chain_rules(PLAN)
 # Training in one pass, its plan last (``resolve``'s default, for callers without a dry run).
 RULES: tuple[Rule, ...] = (*TRAIN_RULES, *PLAN_RULES)
-EXPORT_CHAIN: tuple[Rule, ...] = chain_rules(EXPORT)
-CHAT_CHAIN: tuple[Rule, ...] = chain_rules(CHAT)
-
-
-def rules_for(command: str) -> tuple[Rule, ...]:
-    """The chain ``command``'s entry holds (one of lf.commands.COMMANDS); the check hands on the entry itself."""
-    return chain_rules(checked_entry(command).rules)
-
-
-def plan_for(command: str) -> tuple[Rule, ...]:
-    """The chain run after ``command`` was built dry, on what it found (train's world and memory); () for none."""
-    return chain_rules(checked_entry(command).plan)
 
 
 @dataclass(frozen=True)
@@ -183,8 +171,6 @@ __all__ = [
     "accept_findings",
     "chain_rules",
     "module_rules",
-    "plan_for",
     "resolve",
     "rule",
-    "rules_for",
 ]
