@@ -250,3 +250,21 @@ def test_quiet_by_default_leaves_a_verbosity_the_user_set() -> None:
         assert quiet_by_default(chosen) is False and chosen == {"LLAMAFACTORY_VERBOSITY": level}
     quieter = {"LLAMAFACTORY_VERBOSITY": "ERROR", "TRANSFORMERS_VERBOSITY": "info"}
     assert quiet_by_default(quieter) is True and quieter["LLAMAFACTORY_VERBOSITY"] == "ERROR"
+
+
+def test_after_train_checked_the_hook_takes_the_forecast_from_trains_record_of_this_config(tmp_path: Path) -> None:
+    """``llamafactory-rocm train`` checks and records, then the hook trusts it (no report): the summary's forecast is
+    the one in the record whose resolved config is this one, never another run's; none found is said as such."""
+    from llamafactory_rocm.train.hook import Prepared
+
+    config = {"output_dir": str(tmp_path), "learning_rate": 2e-4, "stage": "sft"}
+    other = {**config, "learning_rate": 1e-4}
+    for name, resolved, steps in (("rocm_launch.json", config, 6), ("rocm_launch.1.json", other, 9)):
+        (tmp_path / name).write_text(json.dumps({"resolved_config": resolved, "forecast": {"work": {"steps": steps}}}))
+    forecast, record = Prepared(config, snapshot=None).forecast_and_record()
+    assert (forecast, record) == ({"work": {"steps": 6}}, tmp_path / "rocm_launch.json")
+    forecast, record = Prepared({**config, "learning_rate": 3e-4}, snapshot=None).forecast_and_record()
+    assert record is None and forecast == {
+        "made": False,
+        "why": f"train's launch record of this config is not in {tmp_path}",
+    }

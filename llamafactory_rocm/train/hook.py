@@ -161,8 +161,11 @@ class Prepared:
             return None, None
         from ..check.record import record_of
 
-        found = record_of(record_folder(self.config, "train") or ".", self.config)
-        return (None, None) if found is None else (found[1].get("forecast"), found[0])
+        folder = record_folder(self.config, "train") or "."
+        found = record_of(folder, self.config)
+        if found is None:  # train could not write it (a warning then): the summary says so, not "none made"
+            return {"made": False, "why": f"train's launch record of this config is not in {folder}"}, None
+        return found[1].get("forecast"), found[0]
 
     def node_record(self, node: int) -> Path | None:
         """This node's own record, where it does not share rank 0's output_dir; None without a report."""
