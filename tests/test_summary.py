@@ -113,7 +113,7 @@ def test_the_forecast_is_said_beside_the_run_with_its_source(tmp_path: Path) -> 
         "the check before launch"
     )
     low, high = (h * 3600 for h in banded["hours"])
-    assert got["forecast time"].startswith(f"{low:.1f} s to {high:.1f} s (trained 12.0 s): mi300x x 1, ")
+    assert got["forecast time"].startswith(f"{low:.2g} s to {high:.2g} s (trained 12.0 s): mi300x x 1, ")
     assert f"{fraction['label']}, {fraction['date']})" in got["forecast time"]
     said = run_record(summary)["forecast"]
     assert said["steps"] == banded["work"]["steps"] and said["time"]["seconds"] == [low, high]
@@ -121,7 +121,7 @@ def test_the_forecast_is_said_beside_the_run_with_its_source(tmp_path: Path) -> 
 
     at_peak = forecast_json(Card("rx7900xtx", 122.8, "archs.json"))  # no published fraction
     got = rows(format_summary(make_summary(tmp_path, global_step=16, forecast=at_peak)))
-    assert got["forecast time"].startswith(f"at least {at_peak['hours_at_peak'] * 3600:.1f} s (trained 12.0 s): ")
+    assert got["forecast time"].startswith(f"at least {at_peak['hours_at_peak'] * 3600:.2g} s (trained 12.0 s): ")
     assert got["forecast time"].endswith("at 100% of peak: no measured fraction for this card")
 
     resumed = rows(format_summary(make_summary(tmp_path, global_step=16, steps=4, resumed_from=12, forecast=at_peak)))

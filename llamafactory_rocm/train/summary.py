@@ -208,6 +208,11 @@ def run_record(s: RunSummary) -> dict[str, Any]:
     }
 
 
+def _short(seconds: float) -> str:
+    """A forecast's seconds: two significant figures under a second (a small model's run on a large card)."""
+    return f"{seconds:.2g} s" if seconds < 1 else _seconds(seconds)
+
+
 def _forecast_rows(s: RunSummary) -> list[tuple[str, str]]:
     """The forecast's rows, each figure beside what the run measured: steps and tokens, then time."""
     said = beside_forecast(s)
@@ -223,9 +228,9 @@ def _forecast_rows(s: RunSummary) -> list[tuple[str, str]]:
     trained = "" if s.train_s is None else f" (trained {_seconds(s.train_s)})"
     if "seconds" in when:
         low, high = when["seconds"]
-        rows.append(("forecast time", f"{_seconds(low)} to {_seconds(high)}{trained}: {when['source']}"))
+        rows.append(("forecast time", f"{_short(low)} to {_short(high)}{trained}: {when['source']}"))
     elif "at_least_seconds" in when:
-        rows.append(("forecast time", f"at least {_seconds(when['at_least_seconds'])}{trained}: {when['source']}"))
+        rows.append(("forecast time", f"at least {_short(when['at_least_seconds'])}{trained}: {when['source']}"))
     else:
         rows.append(("forecast time", f"none for this machine (the check's forecast: {when['none']})"))
     return rows
