@@ -1,7 +1,9 @@
 """``check --measure N``'s mechanics (forecast/measure.py): it runs LLaMA-Factory's trainer for N steps on this
-machine in a throwaway folder, times the N-1 after the first, and the forecast is the run's steps x the measured
-seconds a step (+ the first step's warm-up). Whether that forecast is close to a real run's wall time is
-bench/bench_forecast_wall.py's question (speed targets live in bench/)."""
+machine in a throwaway folder, times the N-1 after the first and two shapes of one batch, and forecasts the run
+as steps x overhead + FLOPs / rate + the saves, evaluations and epoch starts the run will make. The oracle of
+what it counts is a stock run of the same config (hook off): its global_step, its checkpoints. Whether the
+forecast is close to a real run's wall time is bench/bench_forecast_wall.py's question (speed targets live in
+bench/)."""
 
 from __future__ import annotations
 
@@ -13,34 +15,56 @@ import yaml
 
 from llamafactory_rocm.cli.main import main
 from tests.conftest import offline_env, run_cli, tiny_train_config
+from tests.stock_runner import hook_off_env, run_alone
 
 pytestmark = pytest.mark.trainer
 
 
-def test_measure_runs_the_trainer_and_forecasts_steps_times_seconds(tiny_model: Path, tmp_path: Path):
+def test_measure_runs_the_trainer_and_counts_the_stock_runs_steps_and_saves(tiny_model: Path, tmp_path: Path):
     output_dir = tmp_path / "my-run"
     output_dir.mkdir()
     (output_dir / "keep.txt").write_text("the user's")
+    # 7 steps, a checkpoint every 3: transformers saves at 3, 6 and at the end (7)
+    run = tiny_train_config(tiny_model, output_dir, max_steps=7, save_steps=3, logging_steps=5)
     config = tmp_path / "run.yaml"
-    config.write_text(yaml.safe_dump(tiny_train_config(tiny_model, output_dir, max_steps=7)))
+    config.write_text(yaml.safe_dump(run))
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     env = offline_env(tmp_path, TMPDIR=str(scratch))
-    done = run_cli(["check", str(config), "--measure", "2", "--json"], tmp_path, env)
+    done = run_cli(["check", str(config), "--measure", "3", "--json"], tmp_path, env)
     assert done.returncode == 0, done.stderr[-3000:]
     forecast = json.loads(done.stdout)["forecast"]
     measured = forecast["measured"]
     assert measured["made"], measured
-    assert measured["steps_run"] == 2 and measured["timed_steps"] == 1 == len(measured["step_seconds"])
-    assert measured["seconds_per_step"] == pytest.approx(measured["step_seconds"][0], abs=1e-4)
-    assert measured["run_steps"] == forecast["work"]["steps"] == 7
-    expected = measured["run_steps"] * measured["seconds_per_step"] + measured["warmup_seconds"]
-    assert measured["run_seconds"] == pytest.approx(expected)
-    # the timed step's tokens are the trainer's own count (4 rows padded to a multiple of 8, at most 128)
-    assert 0 < measured["timed_tokens"] <= 4 * 128 and measured["achieved_flops_per_s"] > 0
-    assert "CPU" in measured["device"]
     assert sorted(p.name for p in output_dir.iterdir()) == ["keep.txt"]  # the user's folder untouched
     assert list(scratch.iterdir()) == []  # the throwaway folder is gone
+
+    # the oracle: the same config trained by stock LLaMA-Factory (hook off) into a folder of its own
+    stock_dir = tmp_path / "stock"
+    stock = {**run, "output_dir": str(stock_dir), "include_num_input_tokens_seen": True}
+    (tmp_path / "stock.yaml").write_text(yaml.safe_dump(stock))
+    case = {"id": "stock", "dir": str(tmp_path), "args": [str(tmp_path / "stock.yaml")]}
+    results, proc = run_alone([case], tmp_path, hook_off_env(tmp_path), name="stock", timeout=600)
+    assert results.get("stock", {}).get("exit") == 0, proc.stderr[-3000:]
+    state = json.loads((stock_dir / "trainer_state.json").read_text())
+    assert measured["run_steps"] == forecast["work"]["steps"] == state["global_step"] == 7
+    assert measured["run_saves"] == len(list(stock_dir.glob("checkpoint-*"))) == 3
+    assert measured["run_evaluations"] == 0
+    # the two shapes are one real batch of the run at all its rows and at its first row
+    tokens = sorted({k for k, _ in measured["shapes"]})
+    assert len(tokens) == 2 and tokens[1] == stock["per_device_train_batch_size"] * tokens[0] <= 4 * 128
+
+    assert measured["steps_run"] == 3 and measured["timed_steps"] == 2 == len(measured["step_seconds"])
+    assert 0 < measured["timed_tokens"] <= 2 * 4 * 128 and measured["achieved_flops_per_s"] > 0
+    assert "CPU" in measured["device"]
+    # the run's time is the sum of its parts, each said (a save's is there: the stock run makes 3)
+    parts = measured["run_seconds_parts"]
+    assert measured["run_seconds"] == pytest.approx(sum(seconds for _, seconds in parts))
+    assert any(text.startswith("3 save(s) x ") for text, _ in parts), parts
+    if measured["model"] == "overhead + FLOPs / rate":
+        assert parts[0][0].startswith("7 steps x ") and "FLOP/s" in parts[1][0]
+    else:  # the two shapes' times came out reversed (a loaded machine): seconds a step, and why
+        assert measured["model_why"] and parts[0][0].startswith("7 steps x ")
 
 
 def test_a_refused_config_is_not_run(capsys: pytest.CaptureFixture[str]):

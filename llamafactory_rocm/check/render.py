@@ -139,10 +139,11 @@ def measured_lines(measured: Mapping[str, Any]) -> list[str]:
         f"  measured on this machine ({measured['device']}), {measured['date']}: {measured['timed_steps']} timed "
         f"step(s) after the first of {measured['steps_run']} run by LLaMA-Factory's trainer in a throwaway folder: "
         f"{measured['seconds_per_step']:.3g} s a step ({shown}{more})",
-        f"  time here: {measured['run_steps']:,} steps x {measured['seconds_per_step']:.3g} s + "
-        f"{measured['warmup_seconds']:.2g} s first-step warm-up = {_seconds(measured['run_seconds'])} "
-        "(the trainer's loop; model loading and data processing not included)",
+        f"  time here: {' + '.join(text for text, _ in measured['run_seconds_parts'])} = "
+        f"{_seconds(measured['run_seconds'])} (the trainer's loop; model loading and data processing not included)",
     ]
+    if measured.get("model_why"):  # no overhead told apart: seconds a step carried as they are
+        lines.append(f"  overhead not told apart from the FLOPs: {measured['model_why']}")
     if measured.get("achieved_flops_per_s"):
         lines.append(
             f"  achieved rate: {measured['achieved_flops_per_s']:.3g} FLOP/s measured on this machine, "

@@ -5,15 +5,23 @@ The steps run in a child process: stock ``llamafactory.train.tuner.run_exp`` on 
 rewrites and environment included, as a launch would run it) with ``max_steps`` N and ``output_dir`` a
 throwaway temporary folder removed afterwards; the user's ``output_dir`` is never touched. The package's hook
 is off in the child (``LLAMAFACTORY_ROCM=0``: the config was just checked, and the hook would check it again).
-A transformers ``TrainerCallback`` in the child takes a timestamp at ``on_train_begin`` (where the trainer's
-own ``train_runtime`` starts its clock) and at each ``on_step_end`` (after the optimizer step; the logging
-and saving of a step fall in the next interval, as in the real run). The first step is not timed: it holds
-the warm-up (allocator, kernels, the dataloader's first batch); the steps after it give seconds a step.
+A transformers ``TrainerCallback`` in the child takes a timestamp at each of the trainer's events
+(``on_train_begin``, where the trainer's own ``train_runtime`` starts its clock; each epoch's and step's begin
+and end; each log, evaluation and save). The first step is not timed: it holds the warm-up (allocator,
+kernels, the dataloader's first batch); the steps after it give seconds a step (their median: one step slowed
+by another process on a shared machine moves it little).
 
-The run's time = the run's steps (lf/work.py, the one owner of steps) x seconds a step + the first step's
-warm-up (what the first step took beyond a timed one), which the real run pays once too. The machine's
-achieved rate = the FLOPs of the timed steps (the forecast's FLOPs a token x the tokens the trainer counted in
-them, padding included) / their time: how a machine measured once forecasts other configs on it.
+A step's time is taken as a fixed part plus a part that grows with its FLOPs: ``overhead + FLOPs / rate``. On
+a small model the fixed part (Python, kernel launches, the optimizer's update, the data loader) is most of a
+step and one FLOP rate would not carry to another batch or length; so after the trainer's steps the child
+times forward + backward passes of one real batch of the run at two shapes (all its rows, and its first row),
+which gives the rate as the slope and leaves the overhead as what the trainer's steps took beyond it.
+
+The run's time = steps x overhead + the run's FLOPs / rate (the check's forecast: lf/work.py's steps,
+tokens.py's padded tokens) + the first step's warm-up + each save, evaluation and later epoch start the run
+will make (counted by transformers' own ``DefaultFlowCallback`` over the run's steps, each costed as the
+measuring run's own took). Where the two shapes give no slope (one row a batch, a stage whose batch is not a
+causal-LM batch, timings that noise reverses) the run's time is steps x seconds a step, and the block says so.
 """
 
 from __future__ import annotations
@@ -23,12 +31,13 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +54,8 @@ _MEASURING_RUN = {
 }
 _DROPPED = ("resume_from_checkpoint", "hub_model_id")
 _CHILD_ENV_DROPPED = ("FORCE_TORCHRUN", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LLAMAFACTORY_ROCM_CHECKED")
+# forward + backward passes timed at each of the two shapes after the trainer's steps (their median is taken)
+_SHAPE_PASSES = 2
 
 
 @dataclass(frozen=True)
@@ -55,11 +66,46 @@ class StepTimes:
     ends: tuple[float, ...]  # on_step_end of each step, in order
     tokens_seen: tuple[int, ...]  # the trainer's num_input_tokens_seen at each step's end
     device: str
+    # every event as (name, perf_counter): begin, epoch_begin, step_begin, step_end, log, evaluate, save, ...
+    events: tuple[tuple[str, float], ...] = ()
+    # forward + backward of one batch of the run: (tokens, seconds) at all its rows and at its first row
+    shapes: tuple[tuple[int, float], ...] = ()
+    shapes_why: str | None = None  # why no shapes were timed
+    # what transformers' DefaultFlowCallback makes the real run do over its steps: saves, evaluations
+    run_events: Mapping[str, int] = field(default_factory=dict)
+    cpu_share: float | None = None  # process CPU seconds / wall seconds over the timed steps (CPU devices)
 
     @property
     def timed(self) -> tuple[float, ...]:
         """The seconds of each step after the first."""
         return tuple(b - a for a, b in zip(self.ends, self.ends[1:], strict=False))
+
+    @property
+    def timed_tokens(self) -> tuple[int, ...]:
+        """The tokens (padding included) of each step after the first, as the trainer counted them."""
+        return tuple(b - a for a, b in zip(self.tokens_seen, self.tokens_seen[1:], strict=False))
+
+    def durations(self, name: str) -> list[float]:
+        """Seconds each ``name`` event took: from the event before it (a save's is the checkpoint written)."""
+        return [t - self.events[i - 1][1] for i, (n, t) in enumerate(self.events) if n == name and i > 0]
+
+    def epoch_start(self) -> float | None:
+        """What starting an epoch costs beyond a step's usual batch fetch: from ``on_epoch_begin`` to the first
+        ``on_step_begin`` (the dataloader's iterator made, the first batches fetched) less the median gap from
+        a step's end to the next one's begin (the fetch alone)."""
+        names = [n for n, _ in self.events]
+        if "epoch_begin" not in names:
+            return None
+        i = names.index("epoch_begin")
+        first = next((t for n, t in self.events[i:] if n == "step_begin"), None)
+        gaps = [
+            b - a
+            for (na, a), (nb, b) in zip(self.events, self.events[1:], strict=False)
+            if na == "step_end" and nb == "step_begin"
+        ]
+        if first is None or not gaps:
+            return None
+        return max(first - self.events[i][1] - statistics.median(gaps), 0.0)
 
 
 @dataclass(frozen=True)
@@ -79,13 +125,19 @@ def measuring_config(config: Mapping[str, Any], steps: int, output_dir: str) -> 
     return run
 
 
-def run_steps(config: Mapping[str, Any], env_changes: Mapping[str, str], steps: int) -> StepTimes | NotMeasured:
-    """``steps`` optimizer steps of stock ``run_exp`` on ``config`` in a child process, timed; the throwaway
-    folder (the run's output_dir and the clock's file) is removed whatever happens."""
-    work = Path(tempfile.mkdtemp(prefix="lfr-measure-"))
+def run_steps(
+    config: Mapping[str, Any], env_changes: Mapping[str, str], steps: int, work: Any = None
+) -> StepTimes | NotMeasured:
+    """``steps`` optimizer steps of stock ``run_exp`` on ``config`` in a child process, timed; ``work`` (lf/work.py
+    Work) is the real run's, whose saves and evaluations the child counts. The throwaway folder (the run's
+    output_dir and the clock's file) is removed whatever happens."""
+    folder = Path(tempfile.mkdtemp(prefix="lfr-measure-"))
     try:
-        config_file, clock_file, log_file = work / "config.json", work / "clock.json", work / "run.log"
-        config_file.write_text(json.dumps(measuring_config(config, steps, str(work / "output")), default=str))
+        config_file, clock_file, log_file = folder / "config.json", folder / "clock.json", folder / "run.log"
+        run = {"steps": work.steps, "epochs": work.epochs, "steps_per_epoch": work.steps_per_epoch} if work else {}
+        config_file.write_text(
+            json.dumps({"config": measuring_config(config, steps, str(folder / "output")), "run": run}, default=str)
+        )
         env = {k: v for k, v in os.environ.items() if k not in _CHILD_ENV_DROPPED}
         env.update(env_changes)
         env["LLAMAFACTORY_ROCM"] = "0"  # the config was just checked; the hook would check it again
@@ -103,9 +155,33 @@ def run_steps(config: Mapping[str, Any], env_changes: Mapping[str, str], steps: 
             last = tail[-1][:300] if tail else "no output"
             return NotMeasured(f"LLaMA-Factory's trainer stopped (exit {done.returncode}): {last}")
         clock = json.loads(clock_file.read_text(encoding="utf-8"))
-        return StepTimes(clock["begin"], tuple(clock["ends"]), tuple(clock["tokens_seen"]), clock["device"])
+        return StepTimes(
+            clock["begin"],
+            tuple(clock["ends"]),
+            tuple(clock["tokens_seen"]),
+            clock["device"],
+            events=tuple((n, t) for n, t in clock["events"]),
+            shapes=tuple((int(k), float(s)) for k, s in clock["shapes"]),
+            shapes_why=clock["shapes_why"],
+            run_events=clock["run_events"],
+            cpu_share=clock["cpu_share"],
+        )
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def fitted_rate(shapes: Sequence[tuple[int, float]], flops_per_token: float) -> float | None:
+    """FLOP/s as the slope between the two shapes' forward + backward: (FLOPs of all rows - of one row) / (the
+    difference in their times); None where the time did not grow with the FLOPs (noise, or no second shape)."""
+    by_tokens: dict[int, list[float]] = {}
+    for tokens, seconds in shapes:
+        by_tokens.setdefault(tokens, []).append(seconds)
+    if len(by_tokens) != 2:
+        return None
+    (few, t_few), (many, t_many) = sorted((k, statistics.median(v)) for k, v in by_tokens.items())
+    if t_many <= t_few:
+        return None
+    return flops_per_token * (many - few) / (t_many - t_few)
 
 
 def measured_forecast(forecast: Any, times: StepTimes, steps_asked: int) -> dict[str, Any]:
@@ -116,7 +192,7 @@ def measured_forecast(forecast: Any, times: StepTimes, steps_asked: int) -> dict
             f"the trainer ran {len(times.ends)} step(s) of the {steps_asked} asked: no step after the first to time "
             "(the run has fewer steps; its time is its own)"
         ).as_json()
-    per_step = sum(timed) / len(timed)
+    per_step = statistics.median(timed)
     warmup = max((times.ends[0] - times.begin) - per_step, 0.0)
     steps = forecast.work.steps
     result: dict[str, Any] = {
@@ -129,18 +205,59 @@ def measured_forecast(forecast: Any, times: StepTimes, steps_asked: int) -> dict
         "seconds_per_step": per_step,
         "warmup_seconds": warmup,
         "run_steps": steps,
-        "run_seconds": steps * per_step + warmup,
         "timed_tokens": None,
         "achieved_flops_per_s": None,
+        "cpu_share": times.cpu_share,
     }
-    timed_tokens = times.tokens_seen[-1] - times.tokens_seen[0]
+    flops_per_token, rate = None, None
+    timed_tokens = sum(times.timed_tokens)
+    step = forecast.found_step
     if timed_tokens > 0:
         result["timed_tokens"] = timed_tokens
-        step = forecast.found_step
         if step is not None:
             flops_per_token = step.total / (step.sequences * step.length)
             result["flops_per_token"] = flops_per_token
             result["achieved_flops_per_s"] = flops_per_token * timed_tokens / sum(timed)
+            rate = fitted_rate(times.shapes, flops_per_token)
+    result["shapes"] = [[k, round(s, 4)] for k, s in times.shapes]
+    parts: list[tuple[str, float]] = []
+    if rate is not None and forecast.run_flops is not None and flops_per_token is not None:
+        # each timed step's time less its FLOPs' share at the fitted rate: what a step costs whatever its size
+        overhead = statistics.median(
+            t - flops_per_token * k / rate for t, k in zip(timed, times.timed_tokens, strict=True)
+        )
+        overhead = max(overhead, 0.0)
+        # forward + backward of one micro-batch less its FLOPs' share: the per-micro-batch part of the overhead
+        few = min(k for k, _ in times.shapes)
+        micro = statistics.median(s - flops_per_token * k / rate for k, s in times.shapes if k == few)
+        result.update(
+            marginal_flops_per_s=rate,
+            overhead_seconds_per_step=overhead,
+            overhead_seconds_per_micro_batch=min(max(micro, 0.0), overhead / forecast.work.accumulation),
+            accumulation=forecast.work.accumulation,
+            model="overhead + FLOPs / rate",
+        )
+        parts.append((f"{steps:,} steps x {overhead:.3g} s overhead", steps * overhead))
+        parts.append((f"{forecast.run_flops:.3g} FLOPs / {rate:.3g} FLOP/s", forecast.run_flops / rate))
+    else:
+        why = times.shapes_why or "the time did not grow with the FLOPs between the two shapes (noise)"
+        result.update(model="seconds a step", model_why=why)
+        parts.append((f"{steps:,} steps x {per_step:.3g} s", steps * per_step))
+    parts.append((f"{warmup:.2g} s first-step warm-up", warmup))
+    for name, event, said in (("saves", "save", "save"), ("evaluations", "evaluate", "evaluation")):
+        count, seen = times.run_events.get(name, 0), times.durations(event)
+        result[f"run_{name}"] = count
+        if count and seen:
+            each = statistics.median(seen)
+            result[f"{event}_seconds"] = each
+            parts.append((f"{count} {said}(s) x {each:.2g} s", count * each))
+    epoch_start = times.epoch_start()
+    if epoch_start is not None and forecast.work.epochs > 1:
+        result["epoch_start_seconds"] = epoch_start
+        later = forecast.work.epochs - 1
+        parts.append((f"{later} later epoch start(s) x {epoch_start:.2g} s", later * epoch_start))
+    result["run_seconds"] = sum(seconds for _, seconds in parts)
+    result["run_seconds_parts"] = [[text, seconds] for text, seconds in parts]
     return result
 
 
@@ -151,7 +268,7 @@ def measure(forecast: Any, config: Mapping[str, Any], env_changes: Mapping[str, 
         forecast.measured = NotMeasured("the check refused the config: fix its findings first").as_json()
         return
     print(f"measuring: {steps} optimizer steps of LLaMA-Factory's trainer on this machine ...", file=sys.stderr)
-    times = run_steps(config, env_changes, steps)
+    times = run_steps(config, env_changes, steps, forecast.work)
     if isinstance(times, NotMeasured):
         forecast.measured = times.as_json()
         return
@@ -178,29 +295,139 @@ def device_name() -> str:
     return f"CPU: {model}, {torch.get_num_threads()} thread(s)"
 
 
+def run_events(args: Any, steps: int, epochs: int) -> dict[str, int]:
+    """The saves and evaluations the real run makes: transformers' ``DefaultFlowCallback`` (the callback that
+    decides them in the trainer's loop) asked at each of the run's ``steps`` step ends and ``epochs`` epoch
+    ends, with the run's step counts resolved by ``TrainerState.compute_steps`` as the trainer does."""
+    from transformers.trainer_callback import DefaultFlowCallback, TrainerControl, TrainerState
+
+    state, flow = TrainerState(max_steps=steps), DefaultFlowCallback()
+    state.compute_steps(args, steps)
+    counts = {"saves": 0, "evaluations": 0}
+
+    def asked(control: TrainerControl) -> None:
+        counts["saves"] += int(control.should_save)
+        counts["evaluations"] += int(control.should_evaluate)
+
+    for state.global_step in range(1, steps + 1):
+        asked(flow.on_step_end(args, state, TrainerControl()))
+    for epoch in range(1, epochs + 1):
+        state.epoch = float(epoch)
+        asked(flow.on_epoch_end(args, state, TrainerControl()))
+    return counts
+
+
+def _shapes(model: Any, dataloader: Any) -> tuple[list[tuple[int, float]], str | None]:
+    """Forward + backward of one batch of the run at all its rows and at its first row, alternated, each
+    ``_SHAPE_PASSES`` times after one untimed pass of the one-row shape; (tokens, seconds) of each timed pass.
+    The weights are not updated (the gradients are dropped after each pass)."""
+    import torch
+
+    batch = next(iter(dataloader), None)
+    if not isinstance(batch, Mapping) or "labels" not in batch or "input_ids" not in batch:
+        return [], "the stage's batch is not a causal-LM batch (input_ids, labels): no second shape timed"
+    rows = int(batch["input_ids"].shape[0])
+    if rows < 2:
+        return [], "one row a batch: no smaller shape to time"
+    one = {k: v[:1] if isinstance(v, torch.Tensor) and v.shape[:1] == (rows,) else v for k, v in batch.items()}
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+
+    def timed_pass(inputs: Mapping[str, Any]) -> float:
+        sync()
+        start = time.perf_counter()
+        model(**inputs).loss.backward()
+        sync()
+        seconds = time.perf_counter() - start
+        model.zero_grad(set_to_none=True)
+        return seconds
+
+    model.train()
+    timed_pass(one)  # the one-row shape's first pass: its kernels and buffers
+    passes = []
+    for _ in range(_SHAPE_PASSES):
+        for inputs in (batch, one):
+            passes.append((int(inputs["input_ids"].numel()), timed_pass(inputs)))
+    return passes, None
+
+
 def _child(config_file: str, clock_file: str) -> None:
     """The measuring run: stock run_exp with a clock callback; the timestamps written to ``clock_file``."""
     from transformers import TrainerCallback
+
+    payload = json.loads(Path(config_file).read_text(encoding="utf-8"))
+    run = payload["run"]
 
     class Clock(TrainerCallback):
         def __init__(self) -> None:
             self.begin = 0.0
             self.ends: list[float] = []
+            self.cpu: list[float] = []
             self.tokens: list[int] = []
+            self.events: list[tuple[str, float]] = []
+            self.shapes: list[tuple[int, float]] = []
+            self.shapes_why: str | None = None
+            self.run_events: dict[str, int] = {}
+
+        def _event(self, name: str) -> float:
+            now = time.perf_counter()
+            self.events.append((name, now))
+            return now
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            self.begin = time.perf_counter()
+            self.begin = self._event("begin")
+
+        def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self._event("epoch_begin")
+
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self._event("step_begin")
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            self.ends.append(time.perf_counter())
+            self.ends.append(self._event("step_end"))
+            self.cpu.append(time.process_time())
             self.tokens.append(int(state.num_input_tokens_seen))
+
+        def on_log(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self._event("log")
+
+        def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self._event("evaluate")
+
+        def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self._event("save")
+
+        def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self._event("epoch_end")
+
+        def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self._event("end")
+            # after the trainer's loop (outside its train_runtime and the timed steps)
+            self.shapes, self.shapes_why = _shapes(kwargs["model"], kwargs["train_dataloader"])
+            if run:
+                self.run_events = run_events(args, int(run["steps"]), int(run["epochs"]))
 
     from llamafactory.train.tuner import run_exp
 
     clock = Clock()
-    run_exp(args=json.loads(Path(config_file).read_text(encoding="utf-8")), callbacks=[clock])
+    run_exp(args=payload["config"], callbacks=[clock])
+    import torch
+
+    # on a GPU the process's CPU time is the launches' and waits', not a share of the device: not said
+    wall = clock.ends[-1] - clock.ends[0] if len(clock.ends) > 1 and not torch.cuda.is_available() else 0.0
     Path(clock_file).write_text(
-        json.dumps({"begin": clock.begin, "ends": clock.ends, "tokens_seen": clock.tokens, "device": device_name()}),
+        json.dumps(
+            {
+                "begin": clock.begin,
+                "ends": clock.ends,
+                "tokens_seen": clock.tokens,
+                "device": device_name(),
+                "events": clock.events,
+                "shapes": clock.shapes,
+                "shapes_why": clock.shapes_why,
+                "run_events": clock.run_events,
+                "cpu_share": (clock.cpu[-1] - clock.cpu[0]) / wall if wall > 0 else None,
+            }
+        ),
         encoding="utf-8",
     )
 
