@@ -183,6 +183,10 @@ def test_two_torchrun_ranks_both_run_the_hook_and_write_one_record(tiny_model, t
     assert "compute dtype: torch.bfloat16" in log
     assert sorted(p.name for p in out.glob("rocm_launch*.json")) == ["rocm_launch.json"]
     assert (out / "adapter_model.safetensors").is_file()
+    # the world's rank 0 forecast the run as a rank of 2, and added the trainer's count beside it; one summary
+    record, step = latest_record(out), json.loads((out / "trainer_state.json").read_text())["global_step"]
+    assert record["forecast"]["work"]["world_size"] == 2 and record["forecast"]["work"]["steps"] == step
+    assert record["run"]["global_step"] == step and log.count("llamafactory-rocm: training summary") == 1
 
 
 def test_guard_stops_a_diverging_run_and_keeps_the_earlier_checkpoint(tiny_model, tmp_path):
