@@ -5,18 +5,10 @@ it appends a one-line meta-path finder that ignores every import except ``llamaf
 only then imports this module (``lazy_find_spec``). What is hooked is read from the registry of
 LLaMA-Factory commands (``lf/commands.py`` ``REGISTRY``, each entry's ``hooks``), on the first
 ``llamafactory.*`` import while the check is on: when a module an entry names has executed, each function
-named in it is replaced by ``wrapper(original, command)``, once.
-
-- ``llamafactory.train.tuner``: ``run_exp`` (train: ``train.hook.wrap_run_exp``). Every training entry
-  point goes through it: ``llamafactory-cli train``/``lmf train`` (launcher ``launch()``), the torchrun
-  child ranks (``launcher.py`` ``__main__``) and ``run_exp(args=...)``. ``export_model`` in the same module
-  (export: ``train.after.wrap_export_model``): ``llamafactory-cli export`` and LlamaBoard's export tab.
-- ``llamafactory.chat.chat_model``: ``ChatModel.__init__`` (``train.after.wrap_chat_model_init``):
-  ``chat``, ``api`` and ``webchat`` all construct a ChatModel (docs/after-training.md#t8).
-- ``llamafactory.webui.interface`` and ``llamafactory.api.app``: ``run_web_ui``, ``run_web_demo`` and
-  ``run_api`` (webui, webchat, api: ``lf.exposure.wrap_server_entry``) first say, in one line, when the
-  server will listen beyond the loopback without a password or key; nothing about the server is changed.
-- ``eval`` hooks nothing: ``llamafactory-cli eval`` raises NotImplementedError in 0.9.5 and main.
+named in it is replaced by ``wrapper(original, command)``, once. Every training entry point goes through
+``run_exp``: ``llamafactory-cli train``/``lmf train`` (launcher ``launch()``), the torchrun child ranks
+(``launcher.py`` ``__main__``) and ``run_exp(args=...)``; ``chat``, ``api`` and ``webchat`` all construct a
+ChatModel (docs/after-training.md#t8).
 
 Two more, not commands:
 

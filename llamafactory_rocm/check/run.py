@@ -1,14 +1,7 @@
 """The pre-launch check: a request -> a report. ``check``, ``train`` and the hook all come through here.
 
-The request flows down once: the command's registry entry is looked up once (lf/commands.py
-``chosen_entry``) and the entry handed on; the target and the machine come from one call (check/target.py
-``machine_for``); the data is read with datasets' loader and LLaMA-Factory's converter (the data pass); the
-rules of the entry's chain run on the machine or the planned target; LLaMA-Factory's own parser judges the
-result as a rank of the world its launcher starts and the entry's dry builder builds it (check/rank.py
-``judged``: for train its launch up to step 1, lf/dry_run.py; for export, chat, api and webchat the model on
-meta, lf/dry_load.py; eval is not built, docs/after-training.md#t8). The plan rules (world, memory: the entry's
-``plan`` chain) run once, last, on what the dry run found; then the forecast, when asked for, in one call
-(forecast/run.py ``forecast_for``). A request at ``Depth.RULES`` (a rank whose node's first rank checks fully)
+The request flows down once, in the steps docs/architecture.md#one-check-top-to-bottom lists (eval is not
+built, docs/after-training.md#t8). A request at ``Depth.RULES`` (a rank whose node's first rank checks fully)
 runs the pure rules only: the resolved config is the same on every rank because resolution is deterministic;
 only the costly parts are skipped.
 """

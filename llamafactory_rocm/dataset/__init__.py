@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .findings import config_dataset_findings
 from .info import load_dataset_info
-from .register import add_dataset, register_dataset
+from .register import add_dataset
 from .validate import CheckOptions, DatasetReport, validate_dataset, validate_entry
 
 __all__ = [
@@ -17,7 +17,6 @@ __all__ = [
     "add_dataset",
     "config_dataset_findings",
     "load_dataset_info",
-    "register_dataset",
     "validate_dataset",
     "validate_entry",
 ]

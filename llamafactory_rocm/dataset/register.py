@@ -27,13 +27,6 @@ class Registration:
     report: DatasetReport
 
 
-def register_dataset(
-    file: str | Path, name: str, formatting: str = "alpaca", dataset_dir: str | Path = "data", force: bool = False
-) -> Path:
-    """Validate ``file`` and add it to ``dataset_dir/dataset_info.json`` as ``name``; returns that path."""
-    return add_dataset(file, name, formatting, dataset_dir, force=force).info_path
-
-
 def add_dataset(
     file: str | Path,
     name: str,
@@ -43,7 +36,8 @@ def add_dataset(
     force: bool = False,
     options: CheckOptions | None = None,
 ) -> Registration:
-    """``register_dataset`` with everything the CLI prints: the backup, the entry and the report."""
+    """Validate ``file`` and add it to ``dataset_dir/dataset_info.json`` as ``name``, with everything the CLI
+    prints: the backup, the entry and the report."""
     if not name or name != name.strip():
         raise UsageError("give the dataset a name without leading or trailing spaces (--name).")
     if "," in name:

@@ -1,14 +1,8 @@
 """The LLaMA-Factory commands, one entry each (``REGISTRY``), and each command's own parser run on a config.
 
-An entry holds, for one ``llamafactory-cli`` command, everything this package does with it: the function
-the CLI calls (read from the installed ``llamafactory/launcher.py`` by tests/test_command_registry.py), the
-parser and its dataclasses, its rule chains (``Chain`` objects: the rules declare themselves in them,
-rules/base.py ``rule``), its dry builder, the LLaMA-Factory functions the start-up hook wraps (``_startup``)
-and with what, the config key naming the folder its launch record goes in, the packages its module imports
-behind guards (lf/dry_load.py) and the server it exposes (lf/exposure.py). ``check`` (check/run.py),
-``rules_for``, ``_startup``, the dry builders and the hooks (train/hook.py, train/after.py) read the entry; a
-new command is one more entry and its builder (docs/architecture.md). Functions are ``Ref`` objects, loaded
-only when used: nothing here imports LLaMA-Factory, nor a floor above this one.
+An entry (``Command``) holds everything this package does with one ``llamafactory-cli`` command; a new
+command is one more entry and its builder (docs/architecture.md). Functions are ``Ref`` objects, loaded only
+when used: nothing here imports LLaMA-Factory, nor a floor above this one.
 
 ``llamafactory-cli train`` parses a config with ``get_train_args``; ``export``, ``chat``, ``api`` and
 ``webchat`` all parse it with ``get_infer_args`` (``export_model`` in ``llamafactory/train/tuner.py``
@@ -16,9 +10,7 @@ and ``ChatModel.__init__`` in ``llamafactory/chat/chat_model.py``, which ``run_a
 construct); ``eval`` with ``get_eval_args`` (``Evaluator.__init__`` in ``llamafactory/eval/evaluator.py``).
 Each parser refuses keys its dataclasses do not define (``_parse_args`` passes ``allow_extra_keys`` only
 when ``ALLOW_EXTRA_ARGS`` is set), so a training key left in an export config is refused by
-LLaMA-Factory itself: ``command_verdict`` reports exactly that, in LLaMA-Factory's words
-(docs/after-training.md#t8). For export, chat, api and webchat it then builds the command dry
-(lf/dry_load.py, docs/after-training.md#t10) and reports its first refusal.
+LLaMA-Factory itself: ``command_verdict`` reports exactly that, in its words (docs/after-training.md#t8).
 """
 
 from __future__ import annotations
@@ -127,8 +119,8 @@ class Command:
     # None: the command reads no config, and ``check --for`` does not offer it.
     parser: Ref | None = None
     parser_args: Ref | None = None
-    # The rule chain run on the config before it is built dry (``rules_for``), and the one run after, on what
-    # the dry build found (``plan_for``; training's world and memory).
+    # The rule chain run on the config before it is built dry, and the one run after, on what the dry build
+    # found (training's world and memory).
     rules: Chain | None = None
     plan: Chain | None = None
     # How the check builds it dry, after the parser: lf/dry_run.py ``dry_launch`` (the training launch up to

@@ -30,7 +30,7 @@ def load_data(launch: Launch) -> None:
         return
     if not _workers_accepted(launch):
         return
-    remote = _remote_datasets(launch)
+    remote = [str(attr) for attr in _remote_attrs(launch)]
     if remote:
         if _hub_datasets_reachable_offline(launch):
             launch.run.skip("the data pipeline", f"{', '.join(remote)} is not a local file; the dry run reads none")
@@ -113,10 +113,6 @@ def _remote_attrs(launch: Launch) -> list[Any]:
     except Exception:
         return []  # get_dataset raises it again, in LLaMA-Factory's words
     return [attr for attr in attrs if attr.load_from != "file"]
-
-
-def _remote_datasets(launch: Launch) -> list[str]:
-    return [str(attr) for attr in _remote_attrs(launch)]
 
 
 def _hub_datasets_reachable_offline(launch: Launch) -> bool:

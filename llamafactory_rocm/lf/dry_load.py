@@ -42,9 +42,7 @@ from .dry_parts import DryRun, _meta_limitation, reachable
 from .patching import Patches, llamafactory_call
 from .text_only import text_only_llamafactory
 
-# The LLaMA-Factory module each command runs whose guarded imports it then uses unguarded, and the name it
-# uses first: its entry's ``guarded_imports`` (lf/commands.py REGISTRY; docs/after-training.md#t10).
-# pyproject.toml's optional dependency group that installs them.
+# pyproject.toml's optional dependency group that installs a command's guarded imports (``guarded_imports``).
 EXTRA = "webui"
 # The message the dry chat prepares a generation for: the shortest prompt the template makes.
 PROBE_MESSAGE = "Hi"
@@ -462,11 +460,6 @@ def workflow_models(
 
 
 # -- entry -------------------------------------------------------------------------------------------
-def _reachable(run: DryRun, model_args: Any) -> bool:
-    """The training dry run's own reachability step (lf/dry_parts.py ``reachable``)."""
-    return reachable(run, model_args)
-
-
 def dry_load(config: Mapping[str, Any], command: str, *, planned: bool = False) -> DryRun:
     """Build ``command`` (export, chat, api or webchat) dry on ``config``, as LLaMA-Factory builds it.
 
@@ -488,7 +481,7 @@ def dry_load(config: Mapping[str, Any], command: str, *, planned: bool = False) 
         except (Exception, SystemExit) as exc:  # command_verdict reports the parser's refusal itself
             run.skip("the dry load", f"get_infer_args refused the config: {one_line(exc)}")
             return run
-        if not _reachable(run, model_args):
+        if not reachable(run, model_args):  # the training dry run's own reachability step
             return run
         if command == "export":
             _dry_export(run, config, model_args)

@@ -5,19 +5,11 @@ After ``get_train_args`` (lf/verdict.py), LLaMA-Factory 0.9.5's workflows (``tra
 ``get_dataset(..., stage=<the workflow's data stage>)``, ``load_model`` (config, model, ``init_adapter``),
 then transformers' ``Trainer`` (optimizer, scheduler, reporting callbacks, dataloader, resume). Each of
 these refuses configs ``get_train_args`` accepts. Here they run as LLaMA-Factory runs them, in its order,
-each step in its module with the differences it makes so that nothing heavy is loaded and nothing is
-written where the user looks:
-
-- here: the stage's workflow and its trainer's version pins, and ``output_dir``; the Hub is offline for the
-  whole call (``huggingface_hub.constants.HF_HUB_OFFLINE``, set by lf/patching.py ``llamafactory_call``): a
-  model or tokenizer that is neither a folder nor in the Hugging Face cache is "not checked", never
-  downloaded (lf/dry_parts.py ``reachable``).
-- lf/dry_model.py: the tokenizer and template; the model built on torch's meta device, and the workflow's
-  reference and reward models (docs/llamafactory-launch.md#d5).
-- lf/dry_data.py: the data pipeline on at most ``rows_cap`` rows per dataset, the split on the full row
-  counts (docs/llamafactory-launch.md#d4).
-- lf/dry_resume.py: the checkpoint the run resumes from (docs/llamafactory-launch.md#d6).
-- lf/dry_trainer.py: the parts of the trainer's set-up that need no weights (docs/llamafactory-launch.md#d7).
+each step in its module (lf/dry_model.py, dry_data.py, dry_resume.py, dry_trainer.py; each says what it
+changes, docs/llamafactory-launch.md#d4 to #d7) so that nothing heavy is loaded and nothing is written where
+the user looks. Here: the stage's workflow and its trainer's version pins, and ``output_dir``; the Hub is
+offline for the whole call (lf/patching.py ``llamafactory_call``): a model or tokenizer that is neither a
+folder nor in the Hugging Face cache is "not checked", never downloaded (lf/dry_parts.py ``reachable``).
 
 The steps share one ``Launch`` (lf/dry_parts.py): the parsed arguments and what each step hands on.
 """

@@ -75,7 +75,7 @@ def trainer_setup(launch: Launch) -> None:
                     remedy=cause.remedy,
                 )
     if optimizer is not None:
-        steps = planned_steps(launch)
+        steps = work_of(launch.training_args, launch.train_rows or 1).steps  # as the trainer counts them
         try:
             get_scheduler(
                 args.lr_scheduler_type,
@@ -271,8 +271,3 @@ def reported_metrics(launch: Launch) -> set[str] | None:
     if metric is not None:
         reported |= {f"eval_{key}" for key in metric.score_dict}
     return reported
-
-
-def planned_steps(launch: Launch) -> int:
-    """The run's optimizer steps as the trainer counts them (lf/work.py, the one owner)."""
-    return work_of(launch.training_args, launch.train_rows or 1).steps

@@ -3,7 +3,7 @@
 The dry runs swap a name in LLaMA-Factory's or transformers' modules for the length of one call (a step
 recorded, a load stopped, a device answer given) and must put everything back, last change first, whatever
 the call raised. ``Patches`` is that undo stack, modelled on pytest's ``MonkeyPatch`` (``setattr``,
-``setitem``, ``setenv``, ``chdir``, undone in reverse order): a ``contextlib.ExitStack``, so a context a
+``setitem``, ``setenv``, undone in reverse order): a ``contextlib.ExitStack``, so a context a
 step enters (``warnings.catch_warnings``, ``redirect_stdout``) and a patch it makes unwind in one order.
 
 ``llamafactory_call`` is the set-up the parser and the dry runs share: the environment restored after
@@ -59,10 +59,6 @@ class Patches(contextlib.ExitStack):
         """The whole environment as it is now, put back when undone: for a call that sets variables of its own."""
         saved = dict(os.environ)
         self.callback(_put_environ_back, saved)
-
-    def chdir(self, path: str | os.PathLike[str]) -> None:
-        self.callback(os.chdir, os.getcwd())
-        os.chdir(path)
 
     def undo(self) -> None:
         self.close()

@@ -1,19 +1,10 @@
-"""The rule chains: every rule, in the order they run, and ``resolve`` to run them.
+"""The rule chains: every rule module in the order its rules run (``MODULES``), and ``resolve`` to run them.
 
-A rule declares the chains it belongs to where it is written (``@rule(TRAIN, CHAT, ...)``, rules/base.py),
-naming the ``Chain`` objects that the commands' entries hold (lf/commands.py ``REGISTRY``); ``chain_rules``
-lists a chain's rules in the order of ``MODULES`` below, and within a module in the order they are written.
-
-Order matters only where one rule's output is another's input: blog-style keys are translated
-before unknown keys are refused and before the precision rules read ``fp16``/``bf16``.
-
-A command runs the chain its entry holds: ``train`` runs ``TRAIN`` (``predict_with_generate`` is a
-training key, so the prediction rules are in it), then, after its launch ran dry, ``PLAN`` (the world and the
-memory, on what the dry run found); ``export``, ``chat``, ``api``, ``webchat`` and ``eval`` run
-the machine rules that concern loading a model on the device, then their own (rules/export.py,
-rules/serving.py, rules/adapter.py; docs/after-training.md). An export on the CPU (``export_device: cpu``,
-LLaMA-Factory's default) uses no GPU: the device rules join the export chain as ``EXPORT_ON_GPU`` and step
-aside there.
+A rule declares its chains where it is written (``@rule``, rules/base.py); ``chain_rules`` lists a chain's
+rules. Order matters only where one rule's output is another's input: blog-style keys are translated
+before unknown keys are refused and before the precision rules read ``fp16``/``bf16``. Which command runs
+which chain: docs/architecture.md#add-a-rule-one-function-and-one-json-entry (``predict_with_generate`` is a
+training key, so the prediction rules are in ``TRAIN``).
 """
 
 from __future__ import annotations
@@ -47,10 +38,7 @@ from . import (
 from . import export as export_rules
 from .base import RULE_CHAINS, Config, Context, Env, OnlyWhere, Rule, Step, Target, rule
 
-# The rule modules in the order their rules run, in every chain: blog-style keys first, then the values, the
-# export's own refusals, the machine (the planned target, the torch build and its kernels, the visible
-# devices, the ROCm install), the training environment and precision, the packages, the outputs, the world and
-# memory, and the serving and adapter rules last.
+# The rule modules in the order their rules run, in every chain.
 MODULES: tuple[ModuleType, ...] = (
     blog_keys,
     values,
