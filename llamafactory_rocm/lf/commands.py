@@ -533,32 +533,3 @@ def lf_field_default(name: str) -> Any:
                 return f.default
     raise KeyError(name)
 
-
-__all__ = [
-    "CHAT",
-    "COMMANDS",
-    "EVAL",
-    "EXPORT",
-    "PLAN",
-    "REGISTRY",
-    "TRAIN",
-    "Chain",
-    "Command",
-    "Exposure",
-    "GuardedImports",
-    "Hook",
-    "Ref",
-    "backend_requirements",
-    "caller_commands",
-    "checked_entry",
-    "chosen_entry",
-    "command_entry",
-    "command_keys",
-    "command_verdict",
-    "extra_requirements",
-    "infer_command",
-    "lf_field_default",
-    "predict_requirements",
-    "record_folder",
-    "unknown_keys",
-]
