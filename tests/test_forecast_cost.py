@@ -57,3 +57,23 @@ def test_a_forecast_that_cannot_be_made_says_why(tmp_path):
     done = run_cli(["check", str(preset), "--gpu", "mi300x", "--forecast"], tmp_path, offline_env(tmp_path))
     assert done.returncode == 0, done.stderr[-2000:]
     assert "forecast: not made: the dry run counted no train rows" in done.stdout
+
+
+def test_a_forecast_that_fails_is_said_and_never_stops_the_check(monkeypatch):
+    """The hook asks for a forecast at every launch (train/hook.py): a bug in it is a line, not a refused run."""
+    from types import SimpleNamespace
+
+    from llamafactory_rocm.forecast import run
+    from llamafactory_rocm.forecast.flops import requested
+
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(run, "forecast_of", broken)
+    dry = SimpleNamespace(rows={"train": len(LENGTHS)}, train_lengths=LENGTHS, rows_estimated=False,
+                          data_stage="sft", forecast={"step_flops": STEP}, not_checked=())  # fmt: skip
+    ctx = SimpleNamespace(catalogue=load_catalogue(), snapshot=SimpleNamespace(devices=[]))
+    with requested():
+        made = run.forecast_for(dry, SimpleNamespace(config=CONFIG), ctx, "mi300x", 1)
+    said = "the forecast failed here, a bug to report: ZeroDivisionError: a bug"
+    assert made.as_json() == {"made": False, "why": said}

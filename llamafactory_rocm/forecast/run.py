@@ -98,9 +98,12 @@ def forecast_for(
         return NoForecast(f"the dry run counted no train rows ({seen})")
     config, card = resolution.config, card_of(ctx.catalogue, alias, [d.name for d in ctx.snapshot.devices])
     args = (dry.rows["train"], dry.train_lengths, dry.rows_estimated, dry.data_stage, world_size, card, dry.forecast)
-    forecast = forecast_of(config, *args, price=asked.price)
-    if asked.cards:
-        add_cards(forecast, config, asked.price)
+    try:
+        forecast = forecast_of(config, *args, price=asked.price)
+        if asked.cards:
+            add_cards(forecast, config, asked.price)
+    except Exception as exc:  # the hook asks at every launch: a forecast bug must not stop a run
+        return NoForecast(f"the forecast failed here, a bug to report: {type(exc).__name__}: {exc}"[:300])
     if asked.measure is not None:
         from .measure import measure
 
