@@ -532,4 +532,3 @@ def lf_field_default(name: str) -> Any:
             if f.name == name and f.default is not dataclasses.MISSING:
                 return f.default
     raise KeyError(name)
-
