@@ -60,6 +60,8 @@ def test_measure_runs_the_trainer_and_counts_the_stock_runs_steps_and_saves(tiny
     # the run's time is the sum of its parts, each said (a save's is there: the stock run makes 3)
     parts = measured["run_seconds_parts"]
     assert measured["run_seconds"] == pytest.approx(sum(seconds for _, seconds in parts))
+    low, high = measured["run_seconds_band"]
+    assert low <= measured["run_seconds"] <= high
     assert any(text.startswith("3 save(s) x ") for text, _ in parts), parts
     if measured["model"] == "overhead + FLOPs / rate":
         assert parts[0][0].startswith("7 steps x ") and "FLOP/s" in parts[1][0]

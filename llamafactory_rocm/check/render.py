@@ -142,6 +142,17 @@ def measured_lines(measured: Mapping[str, Any]) -> list[str]:
         f"  time here: {' + '.join(text for text, _ in measured['run_seconds_parts'])} = "
         f"{_seconds(measured['run_seconds'])} (the trainer's loop; model loading and data processing not included)",
     ]
+    low, high = measured["run_seconds_band"]
+    share = measured.get("cpu_share")
+    loaded = (
+        f"; the measuring process ran on the CPU {share:.0%} of the time it took, other processes the rest"
+        if share and share < 0.9
+        else ""
+    )
+    lines.append(
+        f"  uncertain: {_seconds(low)} to {_seconds(high)} at the fastest and the slowest timed step{loaded}; a run "
+        "that meets another load on this machine takes longer or shorter"
+    )
     if measured.get("model_why"):  # no overhead told apart: seconds a step carried as they are
         lines.append(f"  overhead not told apart from the FLOPs: {measured['model_why']}")
     if measured.get("achieved_flops_per_s"):

@@ -172,14 +172,16 @@ def run_steps(
 
 def fitted_rate(shapes: Sequence[tuple[int, float]], flops_per_token: float) -> float | None:
     """FLOP/s as the slope between the two shapes' forward + backward: (FLOPs of all rows - of one row) / (the
-    difference in their times); None where the time did not grow with the FLOPs (noise, or no second shape)."""
+    difference in their times); None where there is no second shape or the difference is within the spread of
+    one shape's own passes (noise: a difference near 0 would make any rate)."""
     by_tokens: dict[int, list[float]] = {}
     for tokens, seconds in shapes:
         by_tokens.setdefault(tokens, []).append(seconds)
     if len(by_tokens) != 2:
         return None
     (few, t_few), (many, t_many) = sorted((k, statistics.median(v)) for k, v in by_tokens.items())
-    if t_many <= t_few:
+    spread = max(max(v) - min(v) for v in by_tokens.values())
+    if t_many - t_few <= spread:
         return None
     return flops_per_token * (many - few) / (t_many - t_few)
 
@@ -240,7 +242,9 @@ def measured_forecast(forecast: Any, times: StepTimes, steps_asked: int) -> dict
         parts.append((f"{steps:,} steps x {overhead:.3g} s overhead", steps * overhead))
         parts.append((f"{forecast.run_flops:.3g} FLOPs / {rate:.3g} FLOP/s", forecast.run_flops / rate))
     else:
-        why = times.shapes_why or "the time did not grow with the FLOPs between the two shapes (noise)"
+        why = times.shapes_why or (
+            "the two shapes' times differ less than one shape's passes spread (noise: another process on the machine)"
+        )
         result.update(model="seconds a step", model_why=why)
         parts.append((f"{steps:,} steps x {per_step:.3g} s", steps * per_step))
     parts.append((f"{warmup:.2g} s first-step warm-up", warmup))
@@ -258,6 +262,11 @@ def measured_forecast(forecast: Any, times: StepTimes, steps_asked: int) -> dict
         parts.append((f"{later} later epoch start(s) x {epoch_start:.2g} s", later * epoch_start))
     result["run_seconds"] = sum(seconds for _, seconds in parts)
     result["run_seconds_parts"] = [[text, seconds] for text, seconds in parts]
+    # how uncertain: the steps' part at the fastest and the slowest timed step instead of their median (on a
+    # shared machine the load a run meets moves it more than the model's error)
+    steps_part = parts[0][1] + (parts[1][1] if result["model"] == "overhead + FLOPs / rate" else 0.0)
+    rest = result["run_seconds"] - steps_part
+    result["run_seconds_band"] = [rest + steps_part * min(timed) / per_step, rest + steps_part * max(timed) / per_step]
     return result
 
 
