@@ -410,8 +410,12 @@ def _child(config_file: str, clock_file: str) -> None:
 
         def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             self._event("end")
-            # after the trainer's loop (outside its train_runtime and the timed steps)
-            self.shapes, self.shapes_why = _shapes(kwargs["model"], kwargs["train_dataloader"])
+            # after the trainer's loop (outside its train_runtime and the timed steps); a model the plain
+            # forward + backward cannot take loses the fit, not the measure
+            try:
+                self.shapes, self.shapes_why = _shapes(kwargs["model"], kwargs["train_dataloader"])
+            except Exception as exc:
+                self.shapes_why = f"the two shapes could not be run: {type(exc).__name__}: {exc}"[:300]
             if run:
                 self.run_events = run_events(args, int(run["steps"]), int(run["epochs"]))
 
