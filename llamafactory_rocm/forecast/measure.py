@@ -242,9 +242,12 @@ def measured_forecast(forecast: Any, times: StepTimes, steps_asked: int) -> dict
         parts.append((f"{steps:,} steps x {overhead:.3g} s overhead", steps * overhead))
         parts.append((f"{forecast.run_flops:.3g} FLOPs / {rate:.3g} FLOP/s", forecast.run_flops / rate))
     else:
-        why = times.shapes_why or (
-            "the two shapes' times differ less than one shape's passes spread (noise: another process on the machine)"
-        )
+        if times.shapes_why:
+            why = times.shapes_why
+        elif flops_per_token is None or forecast.run_flops is None:
+            why = "no FLOPs counted for the run or its timed steps (the forecast's notes say why)"
+        else:
+            why = "the two shapes' times differ less than one shape's passes spread (noise: another process ran)"
         result.update(model="seconds a step", model_why=why)
         parts.append((f"{steps:,} steps x {per_step:.3g} s", steps * per_step))
     parts.append((f"{warmup:.2g} s first-step warm-up", warmup))
