@@ -12,12 +12,12 @@ failure (``codes``). The stock run is asked in two ways:
 
 - hook on (``llamafactory-cli train ARGS``, one subprocess each, two at a time): what a user with the
   package installed gets. Every case check passes with a rewrite (of the config or the environment) must
-  finish here (exit 0, weights written), and the first case check passes of each category; every
-  protective refusal, and the first refusal of each category, must leave output_dir untouched (no
-  weights, no checkpoint, what was there kept). The hook's other refusals are check's own by the same
-  code, and where check passes a config and rewrites nothing the hook hands LLaMA-Factory that config as
-  it is: those are asked of LLaMA-Factory alone (``VERDICT_CORPUS_HOOK_ALL=1`` runs them all with the
-  hook): that keeps the corpus inside CI's budget (each hook-on run is a process, ~6 s of imports).
+  finish here (exit 0, weights written), and the first case check passes of each category in
+  ``HOOK_ARRIVALS``; every protective refusal, and the first refusal of each of those categories, must
+  leave output_dir untouched (no weights, no checkpoint, what was there kept). The hook's other refusals
+  are check's own by the same code, and where check passes a config and rewrites nothing the hook hands
+  LLaMA-Factory that config as it is: those are asked of LLaMA-Factory alone (``VERDICT_CORPUS_HOOK_ALL=1``
+  runs them all with the hook): that keeps the corpus inside CI's budget (a hook-on run: ~6 s of imports).
 - hook off (``LLAMAFACTORY_ROCM=0``, ``run_exp`` exactly as ``llamafactory-cli train`` calls it, all those
   cases in one process so the imports are paid once): LLaMA-Factory's own verdict, for every case
   recorded as ``fails``, every case ``check`` refuses and every case check passes unchanged that the
@@ -1775,18 +1775,26 @@ def table(outcomes: list[Outcome]) -> str:
     return "\n".join([head, *(o.row() for o in bad)])
 
 
+# The categories whose first pass and first refusal the hook runs too: where the config reaches the hook
+# another way than a YAML file read in place (flags, a file then flags or key=value, data files found from the
+# launcher's folder) or the hook meets what is on disk (outputs, a checkpoint to resume). In the others (type,
+# key, cross, stage, value, model) a YAML file arrives as check reads it, check's verdict is compared with
+# LLaMA-Factory alone, and the hook runs every rewrite among them.
+HOOK_ARRIVALS = {"good", "flags", "form", "data", "output", "resume"}
+
+
 def wants_hook_run(case: Case, check: CheckResult, hooked: set[tuple[str, bool]]) -> bool:
     """Stock ``llamafactory-cli train`` with the hook on, for: every case check passes with a rewrite (the
     rewritten config must train), every protective refusal (what was on disk must be kept), and the first
-    case check passes and the first it refuses of each category (the hook trains it; the hook stops the run
-    before anything is written). The hook's other refusals are check's own, by the same code, and a config
-    check passes unchanged is handed to LLaMA-Factory as it is: LLaMA-Factory alone is asked about each of
+    case check passes and the first it refuses of each category in HOOK_ARRIVALS (the hook trains it; the hook
+    stops the run before anything is written). The hook's other refusals are check's own, by the same code, and
+    a config check passes unchanged is handed to LLaMA-Factory as it is: LLaMA-Factory alone is asked about each of
     them. ``VERDICT_CORPUS_HOOK_ALL=1`` runs the hook on all."""
     if case.check_only:
         return False
     if os.environ.get("VERDICT_CORPUS_HOOK_ALL") or case.protective or (not check.refused and check.rewrote):
         return True
-    if (case.category, check.refused) in hooked:
+    if case.category not in HOOK_ARRIVALS or (case.category, check.refused) in hooked:
         return False
     hooked.add((case.category, check.refused))
     return True
