@@ -31,6 +31,7 @@ from ..check.record import RECORD_STEM, add_run
 from ..console import say
 from .board import log_lines
 
+TRAIN_RUNTIME = "transformers' train_runtime"
 PLOT_NAME = "training_loss.png"  # what LLaMA-Factory's plot_loss writes for the "loss" key
 ADAPTER_NAME = "adapter_model.safetensors"
 # Rows read to estimate tokens per row when the trainer does not count them: enough for a stable
@@ -59,7 +60,7 @@ class RunSummary:
     record: Path | None
     resumed_from: int | None = None  # the checkpoint's global step a resumed run started from
     global_step: int | None = None  # the trainer's own count at the end (trainer_state.json global_step)
-    train_s_from: str = "transformers' train_runtime"  # which clock train_s is
+    train_s_from: str = TRAIN_RUNTIME  # which clock train_s is
     # the pre-launch check's forecast (forecast/run.py Forecast.as_json, or NoForecast's {"made": false, "why"}),
     # None where the check made none
     forecast: Mapping[str, Any] | None = None
@@ -108,6 +109,13 @@ def find_outputs(output_dir: Path) -> tuple[Path | None, Path | None, Path | Non
     return adapter, (plot if plot.is_file() else None), (records[-1] if records else None)
 
 
+def last_train_runtime(history: list[dict[str, Any]]) -> float | None:
+    """transformers' own ``train_runtime`` (Trainer._finalize_training logs it: speed_metrics, self.log), the
+    last one a log history holds, or None."""
+    runtimes = [e["train_runtime"] for e in history if isinstance(e.get("train_runtime"), (int, float))]
+    return float(runtimes[-1]) if runtimes else None
+
+
 def summary_from_output_dir(output_dir: Path, wall_s: float | None = None) -> RunSummary | None:
     """A summary from what the trainer saved (``trainer_state.json``), for a run in this process."""
     state_file = output_dir / "trainer_state.json"
@@ -115,7 +123,6 @@ def summary_from_output_dir(output_dir: Path, wall_s: float | None = None) -> Ru
         return None
     state = json.loads(state_file.read_text(encoding="utf-8"))
     history = state.get("log_history", [])
-    runtimes = [e["train_runtime"] for e in history if "train_runtime" in e]
     tokens = int(state.get("num_input_tokens_seen") or 0)
     adapter, plot, record = find_outputs(output_dir)
     return RunSummary(
@@ -124,7 +131,7 @@ def summary_from_output_dir(output_dir: Path, wall_s: float | None = None) -> Ru
         global_step=int(state.get("global_step") or 0),
         tokens=tokens or None,
         tokens_counted=True,
-        train_s=runtimes[-1] if runtimes else None,
+        train_s=last_train_runtime(history),
         wall_s=wall_s,
         memory=peak_memory(),
         output_dir=output_dir,
@@ -297,7 +304,7 @@ class SummaryCallback(TrainerCallback):
         self._created = time.perf_counter()  # the wall time counts model and data loading too
         self._train_start: float | None = None
         self._train_s: float | None = None
-        self._train_s_from = "transformers' train_runtime"
+        self._train_s_from = TRAIN_RUNTIME
         self._tokens_at_start = 0
         self._mean_row_tokens: float | None = None
         self._state: Any = None
@@ -317,10 +324,9 @@ class SummaryCallback(TrainerCallback):
             self._first_step = state.global_step
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        # transformers logs train_runtime (Trainer._finalize_training: speed_metrics, self.log) before this callback
-        runtimes = [e["train_runtime"] for e in state.log_history if isinstance(e.get("train_runtime"), (int, float))]
-        if runtimes:
-            self._train_s, self._train_s_from = float(runtimes[-1]), "transformers' train_runtime"
+        runtime = last_train_runtime(state.log_history)  # logged before this callback runs
+        if runtime is not None:
+            self._train_s, self._train_s_from = runtime, TRAIN_RUNTIME
         elif self._train_start is not None:
             self._train_s = time.perf_counter() - self._train_start
             self._train_s_from = "from on_train_begin (no train_runtime logged)"
