@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import re
 from pathlib import Path
 
@@ -122,3 +123,27 @@ def test_the_readme_quotes_no_test_count():
 def test_each_page_says_no_amd_gpu_ran_it(doc):
     text = (ROOT / doc).read_text(encoding="utf-8")
     assert re.search(r"No AMD GPU was available", text), f"{doc} lacks the notice that no AMD GPU ran this"
+
+
+def test_the_forecast_pages_block_is_what_check_prints(tiny_model, monkeypatch, tmp_path):
+    """docs/forecast.md's first block: the forecast lines of ``check --forecast --gpu mi300x`` on the config it
+    names (tests/conftest.py's tiny model and data, cutoff_len 1024, 3 epochs); every figure in it is
+    deterministic (the rows' lengths, the FLOP count, the catalogue's peak, fraction and prices)."""
+    import yaml
+
+    from tests.conftest import tiny_train_config
+
+    monkeypatch.chdir(tmp_path)
+    documented_machine(monkeypatch, tmp_path)
+    config = tiny_train_config(tiny_model, tmp_path / "out", cutoff_len=1024, num_train_epochs=3.0, max_steps=-1)
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(config))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        main(["check", "run.yaml", "--forecast", "--gpu", "mi300x"])
+    lines = out.getvalue().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("forecast ("))
+    block = [lines[start], *itertools.takewhile(lambda line: line.startswith("  "), lines[start + 1 :])]
+    text = (ROOT / "docs/forecast.md").read_text(encoding="utf-8")
+    quoted_start = text.index("```\n") + len("```\n")
+    quoted = text[quoted_start : text.index("```", quoted_start)].rstrip("\n")
+    assert quoted == "\n".join(block), "regenerate docs/forecast.md's first block: check CONFIG --forecast --gpu mi300x"

@@ -65,7 +65,9 @@ def test_checkpointing_off_is_forecast_as_the_check_of_that_config(tiny_model: P
     add_cards(report.forecast, report.config, None)
     off, packing = report.forecast.faster
     assert off["change"] == {"disable_gradient_checkpointing": True} and off["fits"] is True
-    assert changed.forecast.run_flops <= off["run_flops"] <= 1.02 * changed.forecast.run_flops
+    # 1.028 here (FLOP counts are deterministic): the first layer's input gradients of this 2-layer model; the
+    # recompute taken out at the cutoff's share instead of at the run's lengths gave 1.046
+    assert changed.forecast.run_flops <= off["run_flops"] <= 1.035 * changed.forecast.run_flops
     assert off["hours"][1] >= changed.forecast.hours[1]
     assert off["peak_gib"] == pytest.approx(changed.estimate["peak_gib"], abs=0.01)
     assert packing["change"] == {"packing": True} and report.forecast.tokens.padding_share >= 0.2

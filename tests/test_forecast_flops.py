@@ -28,13 +28,13 @@ def _built(tiny_model: Path, tmp_path: Path, **overrides: object):
     return load_model(tokenizer, model_args, finetuning_args, is_trainable=True)
 
 
-def _real_step(model) -> int:
+def _real_step(model, batch: int = BATCH, length: int = LENGTH) -> int:
     """FlopCounterMode around a real step (the model's own gradient checkpointing recomputes in backward);
     the CPU's fused attention kernel counted with torch's formula for the GPU's (flops.py)."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    ids = torch.randint(0, 400, (BATCH, LENGTH))
+    ids = torch.randint(0, 400, (batch, length))
     with FlopCounterMode(display=False, custom_mapping=cpu_attention_formulas()) as counter:
         model(input_ids=ids, labels=ids, use_cache=False).loss.backward()
     return counter.get_total_flops()
@@ -140,3 +140,45 @@ def test_a_model_on_the_meta_device_counts_as_on_fake_tensors():
     on_meta = _count(lora, 2, 32, "bfloat16", "meta")
     assert on_meta == step_flops(lora, 2, 32, "bfloat16", every_layer=True, fake=True)
     assert all(p.grad is None for p in lora.parameters())  # the dry model is left as it was built
+
+
+def test_one_count_at_the_cutoff_gives_each_shorter_batch_its_own_count(tiny_model, tmp_path):
+    """The count is made once, at the per-device batch x cutoff_len; a batch of other rows and another padded
+    length gets its own real step's count from it (attention's part with the length squared, the rest with the
+    tokens), not the cutoff's FLOPs per token. Within 1e-4: the rotary embedding's angles are one bmm a batch, not
+    a sequence (2 x head_dim / 2 x length FLOPs, 1e-5 of these steps), which the count takes as per token."""
+    model = _built(tiny_model, tmp_path)
+    counted = step_flops(model, 4, 128, None)
+    assert 0 < counted.attention < counted.total
+    for batch, length in ((1, 16), (3, 40), (2, 128), (5, 200)):
+        real = _real_step(model, batch, length)
+        assert counted.of(batch * length, batch * length * length) == pytest.approx(real, rel=1e-4), (batch, length)
+
+
+def test_the_runs_flops_are_its_real_batches_counted_at_their_own_shapes(tiny_model, tmp_path):
+    """Unshuffled (the batches' rows are known; tests/test_forecast_work.py pins their tokens to the stock run's
+    count, exactly): the forecast's FLOPs for the run equal (within 1e-4, as above) FlopCounterMode around a real
+    step of each of the run's micro-batches at its own shape (rows x padded length), summed over the run."""
+    from llamafactory_rocm.forecast.flops import requested
+    from llamafactory_rocm.forecast.run import forecast_of
+    from llamafactory_rocm.forecast.tokens import PAD_MULTIPLE
+    from llamafactory_rocm.lf.dry_run import dry_launch
+
+    config = tiny_train_config(
+        tiny_model, tmp_path / "out", cutoff_len=1024, disable_shuffling=True, per_device_train_batch_size=3,
+        max_steps=-1, num_train_epochs=1.0,
+    )  # fmt: skip
+    with requested():
+        dry = dry_launch(config)
+    forecast = forecast_of(config, dry.rows["train"], dry.train_lengths, dry.rows_estimated, dry.data_stage, 1,
+                           None, dry.forecast)  # fmt: skip
+    assert forecast.tokens is not None and forecast.tokens.exact and forecast.run_flops
+    model = _built(tiny_model, tmp_path, cutoff_len=1024)
+    multiple, counts, total = PAD_MULTIPLE[dry.data_stage], {}, 0
+    for rows in forecast.work.batches[0]:
+        shape = (len(rows), -(-max(dry.train_lengths[i] for i in rows) // multiple) * multiple)
+        if shape not in counts:
+            counts[shape] = _real_step(model, *shape)
+        total += counts[shape]
+    assert len(counts) > 2  # uneven lengths: the batches are of several shapes
+    assert forecast.run_flops == pytest.approx(total, rel=1e-4)

@@ -127,7 +127,7 @@ def faster_settings(forecast: Any, config: Mapping[str, Any], price: float | Non
         fits = None if estimate is None or memory is None else estimate.total_gib <= BUDGET * memory
         changed = dataclasses.replace(
             forecast,
-            run_flops=forecast.run_flops * (step.total - step.recompute) / step.total,
+            run_flops=step.without_recompute().of(forecast.tokens.total, forecast.tokens.squares),
             notes=[],
             hours=None,
             hours_at_peak=None,
@@ -139,7 +139,7 @@ def faster_settings(forecast: Any, config: Mapping[str, Any], price: float | Non
         changes.append(
             {
                 "change": {"disable_gradient_checkpointing": True},
-                "why": f"the recompute is {step.recompute / step.total:.0%} of the FLOPs",
+                "why": f"the recompute is {1 - changed.run_flops / forecast.run_flops:.0%} of the FLOPs",
                 "bound": "at most: the FLOPs less the recompute",
                 "run_flops": changed.run_flops,
                 "hours": changed.hours,

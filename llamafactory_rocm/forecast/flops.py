@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -73,10 +74,31 @@ class StepFlops:
     recompute: int  # gradient checkpointing's second forward of its layers
     sequences: int
     length: int
+    # of the total, the attention kernels' (forward, backward, recompute): torch's formulas for them
+    # (sdpa_flop_count, flex attention's) grow with the square of the length, everything else with the tokens
+    attention: int = 0
+    recompute_attention: int = 0  # of the recompute, the attention kernels'
+
+    def without_recompute(self) -> StepFlops:
+        """The step with gradient checkpointing's recompute taken out."""
+        return dataclasses.replace(self, recompute=0, attention=self.attention - self.recompute_attention,
+                                   recompute_attention=0)  # fmt: skip
 
     @property
     def total(self) -> int:
         return self.forward + self.backward + self.recompute
+
+    def of(self, tokens: float, squares: float) -> float:
+        """The FLOPs of micro-batches of ``tokens`` tokens in all (sequences x padded length) whose sequences'
+        padded lengths squared sum to ``squares``: the count at ``sequences x length`` taken apart into its part
+        per token and its attention's part per squared length."""
+        per_token = (self.total - self.attention) / (self.sequences * self.length)
+        per_square = self.attention / (self.sequences * self.length * self.length)
+        return per_token * tokens + per_square * squares
+
+    def per_token(self, length: int) -> float:
+        """FLOPs per token of sequences ``length`` long."""
+        return self.of(length, length * length) / length
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -84,6 +106,7 @@ class StepFlops:
             "backward": self.backward,
             "recompute": self.recompute,
             "total": self.total,
+            "attention": self.attention,
             "shape": [self.sequences, self.length],
         }
 
@@ -110,6 +133,8 @@ def step_flops(
         recompute=two.recompute + more * (three.recompute - two.recompute),
         sequences=sequences,
         length=length,
+        attention=two.attention + more * (three.attention - two.attention),
+        recompute_attention=two.recompute_attention + more * (three.recompute_attention - two.recompute_attention),
     )
 
 
@@ -216,10 +241,29 @@ def _count(model: Any, sequences: int, length: int, compute_dtype: str | None, d
             for parameter in model.parameters():
                 parameter.grad = None  # the dry model is left as it was built
     # forward FLOPs are attributed to the module running (FlopCounterMode's module tracker)
-    by_module = _by_module(forward_counter)
+    by_module, attention_by_module = _by_module(forward_counter), _by_module(forward_counter, _attention)
     recompute = sum(by_module.get(name, 0) for name in recomputed)
     backward = backward_counter.get_total_flops() - recompute
-    return StepFlops(forward_counter.get_total_flops(), int(backward), int(recompute), sequences, length)
+    attention = sum(
+        flops
+        for counter in (forward_counter, backward_counter)
+        for op, flops in counter.get_flop_counts().get("Global", {}).items()
+        if _attention(op)
+    )
+    return StepFlops(
+        forward_counter.get_total_flops(),
+        int(backward),
+        int(recompute),
+        sequences,
+        length,
+        attention=int(attention),
+        recompute_attention=int(sum(attention_by_module.get(name, 0) for name in recomputed)),
+    )
+
+
+def _attention(op: Any) -> bool:
+    """An attention kernel: aten's scaled_dot_product ones (the CPU's included) and flex_attention."""
+    return "attention" in str(op)
 
 
 @contextlib.contextmanager
@@ -271,6 +315,10 @@ def cpu_attention_formulas() -> dict[Any, Any]:
     }
 
 
-def _by_module(counter: Any) -> dict[str, int]:
-    """FlopCounterMode's per-module totals, keyed by the dotted name after its root class's name."""
-    return {name.partition(".")[2]: sum(ops.values()) for name, ops in counter.get_flop_counts().items()}
+def _by_module(counter: Any, ops_counted: Any = None) -> dict[str, int]:
+    """FlopCounterMode's per-module totals (of the ops ``ops_counted`` accepts, else all), keyed by the dotted
+    name after its root class's name."""
+    return {
+        name.partition(".")[2]: sum(flops for op, flops in ops.items() if ops_counted is None or ops_counted(op))
+        for name, ops in counter.get_flop_counts().items()
+    }

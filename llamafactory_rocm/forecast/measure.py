@@ -217,10 +217,16 @@ def measured_forecast(forecast: Any, times: StepTimes, steps_asked: int) -> dict
     if timed_tokens > 0:
         result["timed_tokens"] = timed_tokens
         if step is not None:
-            flops_per_token = step.total / (step.sequences * step.length)
+            # the timed steps are random batches of the run: the run's own FLOPs per token (attention at its
+            # batches' lengths, run.py); the two shapes are one batch at its one padded length
+            tokens = forecast.tokens
+            run_average = forecast.run_flops / tokens.total if forecast.run_flops and tokens and tokens.total else None
+            flops_per_token = run_average or step.per_token(step.length)
             result["flops_per_token"] = flops_per_token
             result["achieved_flops_per_s"] = flops_per_token * timed_tokens / sum(timed)
-            rate = fitted_rate(times.shapes, flops_per_token)
+            shape_length = min((k for k, _ in times.shapes), default=0)  # the one-row shape's numel: its length
+            shape_flops_per_token = step.per_token(shape_length) if shape_length else flops_per_token
+            rate = fitted_rate(times.shapes, shape_flops_per_token)
     result["shapes"] = [[k, round(s, 4)] for k, s in times.shapes]
     parts: list[tuple[str, float]] = []
     if rate is not None and forecast.run_flops is not None and flops_per_token is not None:
@@ -231,7 +237,7 @@ def measured_forecast(forecast: Any, times: StepTimes, steps_asked: int) -> dict
         overhead = max(overhead, 0.0)
         # forward + backward of one micro-batch less its FLOPs' share: the per-micro-batch part of the overhead
         few = min(k for k, _ in times.shapes)
-        micro = statistics.median(s - flops_per_token * k / rate for k, s in times.shapes if k == few)
+        micro = statistics.median(s - shape_flops_per_token * k / rate for k, s in times.shapes if k == few)
         result.update(
             marginal_flops_per_s=rate,
             overhead_seconds_per_step=overhead,

@@ -150,13 +150,13 @@ def forecast_of(
     step = found.get("step_flops")
     result.found_step = step
     if step is not None and tokens is not None:
-        # FLOPs scale with the tokens run; counted at batch x cutoff_len, attention's share (s^2) is the
-        # cutoff's, an over-count where rows are shorter (docs/forecast.md)
-        result.run_flops = step.total * tokens.total / (step.sequences * step.length)
+        # counted at batch x cutoff_len: the attention kernels' part at each batch's padded length squared,
+        # the rest per token (docs/forecast.md)
+        result.run_flops = step.of(tokens.total, tokens.squares)
         result.flops_note = (
             f"FlopCounterMode on the built model, forward {step.forward:,} + backward {step.backward:,} + "
-            f"recompute {step.recompute:,} FLOPs for {step.sequences} x {step.length} tokens, scaled to the run's "
-            "tokens"
+            f"recompute {step.recompute:,} FLOPs for {step.sequences} x {step.length} tokens (attention "
+            f"{step.attention:,}), scaled to the run's tokens and, attention, to its batches' padded lengths"
         )
     elif "step_flops_error" in found:
         notes.append(f"FLOPs not counted: {found['step_flops_error']}")

@@ -31,6 +31,7 @@ class Tokens:
     total: int  # tokens the run processes, padding included (num_input_tokens_seen with "all")
     spread: float  # one standard deviation of that total over the sampler's random batches
     real: int  # tokens that are not padding
+    squares: int  # each sequence's padded length squared, summed: what attention's FLOPs grow with (flops.py)
     per_step: float  # the mean over optimizer steps, all ranks together
     padding_share: float  # padding / total
     sample_rows: int  # the rows whose lengths were read
@@ -56,21 +57,29 @@ def _rounded(length: int, multiple: int) -> int:
 
 def padded_moments(lengths: Sequence[int], batch: int, multiple: int, *, sample: bool) -> tuple[float, float]:
     """The mean and variance of the ``numel`` of a batch of ``batch`` random rows (batch x rounded longest row)."""
+    return _padded_stats(lengths, batch, multiple, sample=sample)[:2]
+
+
+def _padded_stats(lengths: Sequence[int], batch: int, multiple: int, *, sample: bool) -> tuple[float, float, float]:
+    """``padded_moments`` and the mean of ``batch`` x the padded length squared (attention's FLOPs grow with it)."""
     ordered = sorted(lengths)
     n = len(ordered)
     if n == 0 or batch <= 0:
-        return 0.0, 0.0
+        return 0.0, 0.0, 0.0
     if not sample and batch >= n:
-        return float(batch * _rounded(ordered[-1], multiple)), 0.0
-    first = second = 0.0
+        longest = _rounded(ordered[-1], multiple)
+        return float(batch * longest), 0.0, float(batch * longest * longest)
+    first = second = squares = 0.0
     below = 0.0  # P(longest <= ordered[i - 1])
     for i, length in enumerate(ordered, start=1):
         at_most = (i / n) ** batch if sample else math.comb(i, batch) / math.comb(n, batch)
-        numel = batch * _rounded(length, multiple)
+        padded = _rounded(length, multiple)
+        numel = batch * padded
         first += (at_most - below) * numel
         second += (at_most - below) * numel * numel
+        squares += (at_most - below) * numel * padded
         below = at_most
-    return first, max(second - first * first, 0.0)
+    return first, max(second - first * first, 0.0), squares
 
 
 def run_tokens(
@@ -84,29 +93,32 @@ def run_tokens(
         return None
     exact = not shuffled and not sampled and len(lengths) == work.rows
     mean_length = sum(lengths) / len(lengths)
-    cache: dict[int, tuple[float, float]] = {}
+    cache: dict[int, tuple[float, float, float]] = {}
 
-    def padded(rows: tuple[int, ...]) -> tuple[float, float]:
+    def padded(rows: tuple[int, ...]) -> tuple[float, float, float]:
         if exact:
-            return float(len(rows) * _rounded(max(lengths[i] for i in rows), multiple)), 0.0
+            longest = _rounded(max(lengths[i] for i in rows), multiple)
+            return float(len(rows) * longest), 0.0, float(len(rows) * longest * longest)
         if len(rows) not in cache:
-            cache[len(rows)] = padded_moments(lengths, len(rows), multiple, sample=sampled)
+            cache[len(rows)] = _padded_stats(lengths, len(rows), multiple, sample=sampled)
         return cache[len(rows)]
 
     full_epochs, steps_left = divmod(work.steps, work.steps_per_epoch)
     last_batches = min(steps_left * work.accumulation, work.batches_per_rank)
-    total = real = variance = 0.0
+    total = real = variance = squares = 0.0
     for rank in work.batches:
         for i, rows in enumerate(rank):
             times = full_epochs + (1 if i < last_batches else 0)
-            mean, spread = padded(rows)
+            mean, spread, square = padded(rows)
             total += times * mean
+            squares += times * square
             variance += times * spread  # batches taken as independent: an upper bound for one partition
             real += times * (sum(lengths[j] for j in rows) if exact else len(rows) * mean_length)
     return Tokens(
         total=round(total),
         spread=math.sqrt(variance),
         real=round(real),
+        squares=round(squares),
         per_step=total / work.steps if work.steps else 0.0,
         padding_share=1 - real / total if total else 0.0,
         sample_rows=len(lengths),
