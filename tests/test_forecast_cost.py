@@ -71,7 +71,8 @@ def test_a_forecast_that_fails_is_said_and_never_stops_the_check(monkeypatch):
 
     monkeypatch.setattr(run, "forecast_of", broken)
     dry = SimpleNamespace(rows={"train": len(LENGTHS)}, train_lengths=LENGTHS, rows_estimated=False,
-                          data_stage="sft", forecast={"step_flops": STEP}, not_checked=())  # fmt: skip
+                          train_rows_scaled=None, data_stage="sft", forecast={"step_flops": STEP},
+                          not_checked=())  # fmt: skip
     ctx = SimpleNamespace(catalogue=load_catalogue(), snapshot=SimpleNamespace(devices=[]))
     with requested():
         made = run.forecast_for(dry, SimpleNamespace(config=CONFIG), ctx, "mi300x", 1)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from llamafactory_rocm.forecast.flops import requested
 from llamafactory_rocm.forecast.tokens import PAD_MULTIPLE, padded_moments, run_tokens
 from llamafactory_rocm.lf.dry_run import dry_launch
 from llamafactory_rocm.lf.work import optimizer_steps, work_of
@@ -34,6 +35,10 @@ CASES = {
         val_size=0.3,
         per_device_train_batch_size=2,
         gradient_accumulation_steps=2,
+    ),
+    # more rows than the dry run's rows_cap (256), packed: a packed count of a sample is not the run's
+    "packing-every-row": dict(
+        max_steps=-1, num_train_epochs=1.0, packing=True, per_device_train_batch_size=2, max_samples=300
     ),
     # unshuffled: the batches' rows are known, so the padded count is exact
     "unshuffled": dict(max_steps=-1, num_train_epochs=1.0, disable_shuffling=True, per_device_train_batch_size=3),
@@ -73,7 +78,9 @@ def _forecast(config: dict, output_dir: Path):
     from llamafactory.hparams import get_train_args
 
     config = {**config, "output_dir": str(output_dir)}  # the stock run's folder holds its results
-    dry = dry_launch(config)
+    with requested():  # as check --forecast and the hook ask: packed rows counted on up to 1024 rows a dataset
+        dry = dry_launch(config)
+    assert dry.train_rows_scaled is None  # every count here is LLaMA-Factory's own, none scaled
     assert dry.rows and dry.train_lengths, dry.not_checked
     training_args = get_train_args(dict(config))[2]
     work = work_of(training_args, dry.rows["train"], world_size=1)
@@ -161,3 +168,25 @@ def test_two_torchrun_ranks_steps_equal_the_stock_runs_global_step(tiny_model, t
     print(f"FORECAST {name}: steps {work.steps} vs {state['global_step']}; tokens {tokens.total} vs {seen}")
     assert work.steps == state["global_step"]
     assert abs(tokens.total - seen) / seen < 0.02, (tokens, seen)
+
+
+def test_packed_rows_of_a_sample_are_said_to_be_an_estimate(stock_runs, tmp_path):
+    """Without the forecast's larger read (a plain check: 256 rows of each dataset), the 300 rows' packed count
+    is scaled from the first 256's: the steps are said to be "about", in the check's block and its JSON, and
+    the scale is said; with it (above) they equal the stock run's global_step."""
+    from llamafactory_rocm.check.render import forecast_lines
+    from llamafactory_rocm.forecast.run import forecast_of
+
+    config = {**stock_runs["configs"]["packing-every-row"], "output_dir": str(tmp_path / "out")}
+    dry = dry_launch(config)
+    made, read, full = dry.train_rows_scaled
+    assert (read, full) == (256, 300) and made < read
+    forecast = forecast_of(config, dry.rows["train"], dry.train_lengths, dry.rows_estimated, dry.data_stage, 1,
+                           None, dry.forecast, rows_scaled=dry.train_rows_scaled)  # fmt: skip
+    lines = forecast_lines(forecast)
+    assert lines[1].startswith("  steps: about ") and lines[2].startswith("  rows estimated: ")
+    said = forecast.as_json()["work"]
+    assert said["exact"] is False and said["rows_scaled_from"] == {"made": made, "of_rows_read": 256,
+                                                                   "full_split_rows": 300}  # fmt: skip
+    stock = stock_runs["states"]["packing-every-row"]["global_step"]
+    print(f"SCALED packing: {forecast.work.steps} steps against the stock run's {stock}")

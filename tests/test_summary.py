@@ -92,12 +92,13 @@ def test_format_summary_line(tmp_path: Path) -> None:
     assert line == "loss 7.250 -> 0.491, 200 steps, 10,000 tokens/s, peak 0.55 GiB (process peak RSS), 2 min 30 s wall"
 
 
-def forecast_json(card: Card | None) -> dict:
+def forecast_json(card: Card | None, rows_scaled: tuple[int, int, int] | None = None) -> dict:
     """A forecast as the check makes it (forecast/run.py ``forecast_of``) and the record keeps it (JSON): 64 rows of
     uneven lengths, batch 4, one epoch, a counted step of 4 x 128 tokens."""
     step = StepFlops(forward=10**12, backward=2 * 10**12, recompute=10**12, sequences=4, length=128)
     config = {"per_device_train_batch_size": 4, "num_train_epochs": 1.0}
-    made = forecast_of(config, 64, tuple(range(60, 124)), False, "sft", 1, card, {"step_flops": step})
+    found = {"step_flops": step}
+    made = forecast_of(config, 64, tuple(range(60, 124)), False, "sft", 1, card, found, rows_scaled=rows_scaled)
     return json.loads(json.dumps(made.as_json(), default=str))
 
 
@@ -123,6 +124,11 @@ def test_the_forecast_is_said_beside_the_run_with_its_source(tmp_path: Path) -> 
     got = rows(format_summary(make_summary(tmp_path, global_step=16, forecast=at_peak)))
     assert got["forecast time"].startswith(f"at least {at_peak['hours_at_peak'] * 3600:.2g} s (trained 12.0 s): ")
     assert got["forecast time"].endswith("at 100% of peak: no measured fraction for this card")
+
+    scaled = forecast_json(None, rows_scaled=(51, 256, 300))  # packed rows of a sample, scaled: an estimate
+    assert rows(format_summary(make_summary(tmp_path, global_step=16, forecast=scaled)))["forecast"].startswith(
+        "about 16 steps (global_step 16)"
+    )
 
     resumed = rows(format_summary(make_summary(tmp_path, global_step=16, steps=4, resumed_from=12, forecast=at_peak)))
     assert resumed["forecast"].startswith("16 steps for the whole run (global_step 16)")

@@ -86,12 +86,19 @@ def forecast_lines(f: Any) -> list[str]:
     if getattr(f, "why", None) is not None:  # NoForecast
         return [f"forecast: not made: {f.why}"]
     w = f.work
+    about = "" if w.rows_scaled is None else "about "
     lines = [
         "forecast (docs/forecast.md):",
-        f"  steps: {w.steps:,} optimizer steps: {w.rows:,} train rows, {w.batches_per_rank:,} batches of "
-        f"{w.per_device_batch} per rank x {w.world_size} rank(s) an epoch, accumulation {w.accumulation}, "
+        f"  steps: {about}{w.steps:,} optimizer steps: {about}{w.rows:,} train rows, {w.batches_per_rank:,} batches "
+        f"of {w.per_device_batch} per rank x {w.world_size} rank(s) an epoch, accumulation {w.accumulation}, "
         f"{w.epochs} epoch(s) (transformers' Trainer.set_initial_training_values)",
     ]
+    if w.rows_scaled is not None:
+        made, read, full = w.rows_scaled
+        lines.append(
+            f"  rows estimated: LLaMA-Factory's pipeline made {made:,} train rows of the {read:,} it read here, "
+            f"scaled to the full {full:,} (packing, or rows it dropped, depends on the rows not read)"
+        )
     t = f.tokens
     if t is not None:
         how = "exact (unshuffled)" if t.exact else f"expected over the shuffled batches, one sd {t.spread:,.0f}"

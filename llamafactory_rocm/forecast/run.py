@@ -6,6 +6,7 @@ without its source (docs/forecast.md).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -99,7 +100,7 @@ def forecast_for(
     config, card = resolution.config, card_of(ctx.catalogue, alias, [d.name for d in ctx.snapshot.devices])
     args = (dry.rows["train"], dry.train_lengths, dry.rows_estimated, dry.data_stage, world_size, card, dry.forecast)
     try:
-        forecast = forecast_of(config, *args, price=asked.price)
+        forecast = forecast_of(config, *args, price=asked.price, rows_scaled=dry.train_rows_scaled)
         if asked.cards:
             add_cards(forecast, config, asked.price)
     except Exception as exc:  # the hook asks at every launch: a forecast bug must not stop a run
@@ -121,6 +122,7 @@ def forecast_of(
     card: Card | None,
     found: Mapping[str, Any],
     price: float | None = None,
+    rows_scaled: tuple[int, int, int] | None = None,
 ) -> Forecast:
     """The forecast from the dry run's findings (rows, lengths, ``found``: the FLOPs hook's) and the config."""
     from transformers import TrainingArguments
@@ -139,6 +141,8 @@ def forecast_of(
         world_size=world_size,
         drop_last=bool(value("dataloader_drop_last")),
     )
+    if rows_scaled is not None:
+        work = dataclasses.replace(work, rows_scaled=rows_scaled)
     tokens = None
     notes: list[str] = []
     if lengths and data_stage in PAD_MULTIPLE:

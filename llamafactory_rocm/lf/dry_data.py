@@ -11,6 +11,7 @@ datasets of those sizes (docs/llamafactory-launch.md#d4). A dataset that is not 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -18,6 +19,12 @@ from ..errors import one_line
 from .causes import cause_of
 from .dry_parts import Launch, user_offline
 from .patching import Patches
+
+# The rows read of each dataset where the rows are packed and the forecast is asked for (forecast/flops.py
+# ``requested``): a packed row count is LLaMA-Factory's greedy knapsack over every row's length, so a sample's
+# scaled count is not the run's steps (packing 256 of the bundled 300 QA rows, scaled, made 125 rows against
+# the run's 128). LLaMA-Factory's pipeline took about 0.35 ms a row here (docs/forecast.md).
+PACKED_ROWS_CAP: contextvars.ContextVar[int] = contextvars.ContextVar("packed_rows_cap", default=0)
 
 
 def load_data(launch: Launch) -> None:
@@ -40,7 +47,8 @@ def load_data(launch: Launch) -> None:
     with Patches() as patches:
         patches.setattr(data_args, "val_size", data_args.val_size)  # kept: the full-size split may set it
         if not data_args.streaming:  # LLaMA-Factory refuses max_samples with streaming (data_args.py)
-            cap = _RecordingCap(min(data_args.max_samples or launch.rows_cap, launch.rows_cap), split)
+            rows_cap = max(launch.rows_cap, PACKED_ROWS_CAP.get()) if data_args.packing else launch.rows_cap
+            cap = _RecordingCap(min(data_args.max_samples or rows_cap, rows_cap), split)
             patches.setattr(data_args, "max_samples", cap)
         if data_args.tokenized_path is not None:  # LLaMA-Factory would save there: save into tmp instead
             patches.setattr(data_args, "tokenized_path", str(launch.tmp / "tokenized"))
@@ -167,7 +175,10 @@ def _count_rows(launch: Launch, module: Mapping[str, Any], split: _SplitSpy) -> 
     else:
         rows["eval"] = len(evals) if evals is not None else 0
     if split.capped and split.full and split.dry:
-        # Rows kept by the processors, scaled from the capped rows to the full split.
+        # Rows kept by the processors, scaled from the capped rows to the full split: exact where they kept
+        # every row they read one for one, an estimate where they packed or dropped rows
+        if rows["train"] != split.dry["train"]:
+            launch.run.train_rows_scaled = (rows["train"], split.dry["train"], split.full["train"])
         rows = {
             part: round(n * split.full[part] / split.dry[part]) if split.dry.get(part) else 0
             for part, n in rows.items()

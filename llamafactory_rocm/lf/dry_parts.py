@@ -32,6 +32,9 @@ class DryRun:
     not_checked: list[str] = field(default_factory=list)  # "not checked: <what> (<why>)"
     rows: dict[str, int] | None = None  # {"train": n, "eval": m} after LLaMA-Factory's processing
     rows_estimated: bool = False  # True when the rows were capped and the counts scaled to the full data
+    # (rows the pipeline made of the rows it read, those read, the full split's) where the train count is
+    # scaled and not exact: packing, or rows the processors dropped; None where counted or exact
+    train_rows_scaled: tuple[int, int, int] | None = None
     # the token count of each train row LLaMA-Factory's pipeline left (the capped rows: a sample where
     # rows_estimated), for the forecast's padded tokens (forecast/tokens.py); None where not read
     train_lengths: tuple[int, ...] | None = None

@@ -30,9 +30,14 @@ class Work:
     epochs: int  # epochs the trainer loops over (the last one may stop early at max_steps)
     # the row indices of each micro-batch of one epoch on each rank, as accelerate deals them unshuffled
     batches: tuple[tuple[tuple[int, ...], ...], ...] = ()
+    # (rows the pipeline made, of the rows it read, the full split's) where ``rows`` is scaled from a sample
+    # (lf/dry_parts.py DryRun.train_rows_scaled): the steps are an estimate; None where they are exact
+    rows_scaled: tuple[int, int, int] | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {
+            "exact": self.rows_scaled is None,
+            "rows_scaled_from": None if self.rows_scaled is None else dict(zip(_SCALED, self.rows_scaled, strict=True)),
             "rows": self.rows,
             "world_size": self.world_size,
             "per_device_train_batch_size": self.per_device_batch,
@@ -42,6 +47,9 @@ class Work:
             "steps": self.steps,
             "epochs": self.epochs,
         }
+
+
+_SCALED = ("made", "of_rows_read", "full_split_rows")
 
 
 @functools.lru_cache(maxsize=256)

@@ -181,6 +181,7 @@ def beside_forecast(s: RunSummary) -> dict[str, Any]:
     return {
         "made": True,
         "steps": f["work"]["steps"],
+        "steps_exact": f["work"].get("exact", True),
         "global_step": s.global_step,
         "tokens_with_padding": tokens.get("total"),
         "tokens_counted": s.tokens if s.tokens_counted else None,
@@ -226,7 +227,9 @@ def _forecast_rows(s: RunSummary) -> list[tuple[str, str]]:
     if not said["made"]:
         return [("forecast", f"none: {said['why']}")]
     whole = " for the whole run" if s.resumed_from else ""  # the forecast counts from step 0
-    work = f"{said['steps']:,} steps{whole} (global_step {s.global_step if s.global_step is not None else 'not known'})"
+    about = "" if said["steps_exact"] else "about "
+    step = s.global_step if s.global_step is not None else "not known"
+    work = f"{about}{said['steps']:,} steps{whole} (global_step {step})"
     if said["tokens_with_padding"] is not None:
         counted = f"counted {s.tokens:,}" if s.tokens_counted and s.tokens else "not counted by the trainer"
         work += f", {said['tokens_with_padding']:,} tokens with padding ({counted})"
