@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from llamafactory_rocm.check.run import check_config
 from llamafactory_rocm.findings import Level
@@ -353,3 +354,30 @@ def test_a_launch_refusal_is_fixed_by_its_remedy(changes, code, key, tiny_model:
     fixed = applied(config, first.remedy, config)
     again = [f for f in check_config(fixed, plan_without_gpu=False).findings if f.level is Level.ERROR]
     assert not again, [f.line() for f in again]
+
+
+def test_a_streamed_local_file_is_refused_for_its_shards_and_its_fix_trains(tiny_model: Path, tmp_path: Path):
+    """``streaming: true`` on a local file with the default ``dataloader_num_workers`` 0: the stock run stops
+    with a bare StopIteration. LLaMA-Factory streams the file in that many shards (data/loader.py
+    ``_load_single_dataset``, the same line on 0.9.5 and main, pinned below) and 0 shards hold no rows. The
+    check names the cause and the key; the oracle is the stock run, refused as given and trained with the fix."""
+    from llamafactory.data import loader
+
+    from tests.stock_runner import hook_off_env, run_alone
+
+    line = "dataset.to_iterable_dataset(num_shards=training_args.dataloader_num_workers)"
+    assert line in inspect.getsource(loader._load_single_dataset)
+    config = _config(tiny_model, tmp_path / "out", {"streaming": True, "max_steps": 1, "max_samples": DELETE})
+    first = next(f for f in check_config(config, plan_without_gpu=False).findings if f.level is Level.ERROR)
+    assert (first.code, first.key, first.remedy) == ("DATA_PIPELINE_REFUSED", "dataloader_num_workers",
+                                                     {"dataloader_num_workers": 1}), first.line()  # fmt: skip
+    assert "0 shard(s) reads no rows" in first.message and "dataloader_num_workers: 1" in first.fix
+    fixed = {**applied(config, first.remedy, config), "output_dir": str(tmp_path / "fixed")}
+    assert not [f for f in check_config(fixed, plan_without_gpu=False).findings if f.level is Level.ERROR]
+    cases = []
+    for name, each in (("given", config), ("fixed", fixed)):
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(each))
+        cases.append({"id": name, "dir": str(tmp_path), "args": [str(tmp_path / f"{name}.yaml")]})
+    results, proc = run_alone(cases, tmp_path, hook_off_env(tmp_path), name="streamed", timeout=600)
+    assert results["given"]["exit"] != 0 and "StopIteration" in results["given"]["error"], results
+    assert results["fixed"]["exit"] == 0, (results, proc.stderr[-2000:])

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..errors import one_line
-from .causes import cause_of
+from .causes import Cause, cause_of
 from .dry_parts import Launch, user_offline
 from .patching import Patches
 
@@ -76,17 +76,46 @@ def _capped_dataset(launch: Launch, split: _SplitSpy) -> Mapping[str, Any] | Non
             )
     except Exception as exc:
         if split.error is None:  # the full-size split refused already, with datasets' words
-            cause = cause_of("DATA_PIPELINE_REFUSED", one_line(exc), launch.config)
+            shards = _streamed_file_shards(launch)
+            cause = (
+                cause_of("DATA_PIPELINE_REFUSED", one_line(exc), launch.config)
+                if shards is None
+                else Cause(STREAMED_NO_ROWS, {"workers": shards}, WORKERS_KEY, {WORKERS_KEY: 1})
+            )
+            said = "" if shards is None else f" (a local file streamed in {shards} shard(s) reads no rows)"
             launch.run.error(
                 code="DATA_PIPELINE_REFUSED",
                 message=f"LLaMA-Factory's data pipeline (get_dataset, stage={launch.run.data_stage!r} for "
-                f"stage {launch.run.stage!r}) refused: {one_line(exc)}",
+                f"stage {launch.run.stage!r}) refused: {one_line(exc)}{said}",
                 fix_as="pipeline" if cause.case == "other" else cause.case,
                 fix_with=cause.values,
                 key=cause.key or "dataset",
                 remedy=cause.remedy,
             )
         return None
+
+
+STREAMED_NO_ROWS = "streamed file without shards"
+WORKERS_KEY = "dataloader_num_workers"
+
+
+def _streamed_file_shards(launch: Launch) -> int | None:
+    """The shard count where a local file is streamed in shards that hold no rows, else None.
+
+    LLaMA-Factory streams a local file as ``dataset.to_iterable_dataset(num_shards=dataloader_num_workers)``
+    (data/loader.py ``_load_single_dataset``, 0.9.5 and main: tests/test_refusal_fixes.py); at the default 0
+    the stream is empty and the run stops at the first read with a bare StopIteration (converter.py
+    ``align_dataset``). Whether a shard count reads no rows is asked of datasets' own ``to_iterable_dataset``."""
+    from datasets import Dataset
+
+    workers = launch.training_args.dataloader_num_workers
+    if not launch.data_args.streaming or not any(attr.load_from == "file" for attr in _dataset_attrs(launch)):
+        return None
+    try:
+        empty = next(iter(Dataset.from_dict({"row": [0]}).to_iterable_dataset(num_shards=workers)), None) is None
+    except Exception:  # datasets refuses that shard count itself: its own words stand
+        return None
+    return workers if empty else None
 
 
 def _workers_accepted(launch: Launch) -> bool:
@@ -112,15 +141,18 @@ def _workers_accepted(launch: Launch) -> bool:
     return True
 
 
-def _remote_attrs(launch: Launch) -> list[Any]:
+def _dataset_attrs(launch: Launch) -> list[Any]:
     from llamafactory.data.parser import get_dataset_list
 
     names = [*(launch.data_args.dataset or []), *(launch.data_args.eval_dataset or [])]
     try:
-        attrs = get_dataset_list(names, launch.data_args.dataset_dir)
+        return get_dataset_list(names, launch.data_args.dataset_dir)
     except Exception:
         return []  # get_dataset raises it again, in LLaMA-Factory's words
-    return [attr for attr in attrs if attr.load_from != "file"]
+
+
+def _remote_attrs(launch: Launch) -> list[Any]:
+    return [attr for attr in _dataset_attrs(launch) if attr.load_from != "file"]
 
 
 def _hub_datasets_reachable_offline(launch: Launch) -> bool:
