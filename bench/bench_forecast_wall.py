@@ -8,9 +8,10 @@ loop: no import, model load or data processing, which the forecast does not incl
 
 Cross-config: what `--measure` fitted on the first config (forecast/measure.py: a step = overhead + FLOPs /
 rate, the rate from two shapes of one batch, the overhead per step and per micro-batch) forecasts the others
-(another batch, another length, another stage: pt) from their own `check --forecast` (steps, accumulation, run
-FLOPs): steps x (overhead a step less its micro-batches' part) + micro-batches x overhead a micro-batch + run
-FLOPs / rate, against their ``train_runtime``. The single achieved rate of before (run FLOPs / the first
+(another batch, another length, another stage: pt) through `check CFG --rate-from FILE` (forecast/measure.py
+``carried_forecast``; FILE holds the first config's fit, its warm-up left out): steps x (overhead a step less
+its micro-batches' part) + micro-batches x overhead a micro-batch + run FLOPs / rate, against their
+``train_runtime``. The single achieved rate of before (run FLOPs / the first
 config's FLOPs a second over its timed steps) is printed beside it. DPO is not among them: the forecast reads
 no dpo rows' lengths (forecast/tokens.py), so it has no FLOPs for a dpo run.
 
@@ -39,6 +40,7 @@ from pathlib import Path
 import yaml
 from _util import machine, median, tiny_model
 
+from llamafactory_rocm.forecast.measure import CARRIED
 from llamafactory_rocm.resources import datasets_dir
 
 # name -> overrides of the base config (tiny LoRA SFT on the bundled 300 QA rows)
@@ -139,7 +141,10 @@ def main() -> None:
         fitted = [fit for fit in fits if "marginal_flops_per_s" in fit]
         if not fitted:
             raise SystemExit(f"no fit on {chosen[0]}: {[fit.get('model_why') for fit in fits]}")
-        carried = {key: median([fit[key] for fit in fitted]) for key in CARRIED}
+        carried = {key: median([fit[key] for fit in fitted]) for key in (*CARRIED, "achieved_flops_per_s")}
+        carried.update(made=True, device=fitted[0]["device"], date=fitted[0]["date"], warmup_seconds=0.0)
+        rate_file = work / "rate.json"  # what `check --rate-from` reads: the fit, the warm-up left out as before
+        rate_file.write_text(json.dumps({"forecast": {"measured": carried}}))
         print(
             f"\ncross-config, fitted on {chosen[0]} (median of {len(fitted)} of {len(fits)}): "
             f"rate {carried['marginal_flops_per_s']:.3g} "
@@ -152,11 +157,11 @@ def main() -> None:
         for name, overrides in CROSS.items():
             cfg, out = write_config(work, name, model, overrides)
             shutil.rmtree(out, ignore_errors=True)
-            forecast = check_json(cfg, ["--forecast"], env, work)
+            forecast = check_json(cfg, ["--rate-from", str(rate_file)], env, work)
             while len(reals.get(name, [])) < args.repeats:
                 reals.setdefault(name, []).append(stock_runtime(cfg, out, env, work))
             real = median(reals[name])
-            seconds = carried_seconds(carried, forecast)
+            seconds = forecast["carried"]["run_seconds"]  # forecast/measure.py carried_forecast
             ratio, one_rate = seconds / real, forecast["run_flops"] / carried["achieved_flops_per_s"] / real
             cross.append(abs(ratio - 1))
             single.append(abs(one_rate - 1))
@@ -166,23 +171,6 @@ def main() -> None:
         print(f"(the single achieved rate of before: median {median(single):.1%}, worst {max(single):.1%})")
     finally:
         shutil.rmtree(work, ignore_errors=True)
-
-
-CARRIED = (
-    "marginal_flops_per_s", "overhead_seconds_per_step", "overhead_seconds_per_micro_batch", "accumulation",
-    "achieved_flops_per_s",
-)  # fmt: skip
-
-
-def carried_seconds(fit: dict, forecast: dict) -> float:
-    """Another config's run from the first one's fit: its steps and micro-batches (lf/work.py, from its own
-    check) at the fitted overheads, its run FLOPs at the fitted rate; the first step's warm-up, saves and
-    epoch starts (each a fraction of a second here, and none in these configs but the warm-up) left out."""
-    work = forecast["work"]
-    micro = fit["overhead_seconds_per_micro_batch"]
-    per_update = fit["overhead_seconds_per_step"] - fit["accumulation"] * micro
-    micro_batches = work["steps"] * work["gradient_accumulation_steps"]
-    return work["steps"] * per_update + micro_batches * micro + forecast["run_flops"] / fit["marginal_flops_per_s"]
 
 
 def write_config(work: Path, name: str, model: Path, overrides: dict) -> tuple[Path, Path]:

@@ -129,6 +129,16 @@ def forecast_lines(f: Any) -> list[str]:
         lines.append(f"  cost: ${f.cost[0]:,.2f} to ${f.cost[1]:,.2f} at {rate} per GPU-hour ({said})")
     if f.measured is not None:  # check --measure
         lines.extend(measured_lines(f.measured))
+    if f.carried is not None:  # check --rate-from FILE
+        c = f.carried
+        if not c["made"]:
+            lines.append(f"  time there: not made: {c['why']}")
+        else:
+            said = " + ".join(text for text, _ in c["run_seconds_parts"])
+            lines.append(
+                f"  time there ({c['device']}, measured {c['date']} by the check --measure in {c['from']}): {said} "
+                f"= {_seconds(c['run_seconds'])} (the trainer's loop; saves, evaluations and epoch starts not included)"
+            )
     lines.extend(f"  note: {note}" for note in f.notes)
     if f.cards is not None:  # check --cards
         lines.extend(card_lines(f.cards, f.peak_gib, f.gpus))

@@ -39,6 +39,7 @@ def register(subs: argparse._SubParsersAction) -> None:
         "      --dataset amd_finetune_qa --template llama3 --do_train --fp16 --output_dir saves/run1\n"
         "  llamafactory-rocm check my_run.yaml --measure 5       # time 5 real steps here, forecast the run\n"
         "  llamafactory-rocm check my_run.yaml --cards           # the run on every catalogue card, cheapest first\n"
+        "  llamafactory-rocm check other.yaml --rate-from m.json # time on the machine m.json's --measure timed\n"
         "  llamafactory-rocm check merge.yaml --for export\n"
         "  llamafactory-rocm check serve.yaml --for api --gpu mi300x",
     )
@@ -84,7 +85,33 @@ def register(subs: argparse._SubParsersAction) -> None:
         "time the steps after the first and forecast the whole run from them (implies --forecast; your "
         "output_dir is not touched)",
     )
+    p.add_argument(
+        "--rate-from",
+        metavar="FILE",
+        help="forecast this run's time on the machine another config's measure timed: FILE is the output of "
+        "`check OTHER.yaml --measure 5 --json` there (its FLOP rate and overheads; implies --forecast)",
+    )
     p.set_defaults(run=run)
+
+
+def _rate_from(path: str) -> tuple[str, object]:
+    """(FILE, the measure it holds) for --rate-from; a UsageError, one line, where it holds none that carries."""
+    from ..forecast.measure import fit_in
+
+    try:
+        said = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(
+            f"--rate-from {path}: no such file (write one with check OTHER.yaml --measure 5 --json)"
+        ) from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise UsageError(
+            f"--rate-from {path} is not the JSON check --measure N --json writes: {one_line(exc)}"
+        ) from None
+    try:
+        return path, fit_in(said if isinstance(said, dict) else {}, path)
+    except ValueError as exc:
+        raise UsageError(f"--rate-from {exc}") from None
 
 
 def _measured_steps(text: str) -> int:
@@ -104,6 +131,7 @@ def run(args: argparse.Namespace) -> int:
             "--measure times this machine's device, not a planned one: drop --gpu/--arch/--snapshot to measure "
             "here, or keep them and use --forecast alone"
         )
+    rate_from = _rate_from(args.rate_from) if args.rate_from else None
     snapshot = load_snapshot(args.snapshot) if args.snapshot else None
     request = from_launch_args(
         args.launch_args,
@@ -115,8 +143,9 @@ def run(args: argparse.Namespace) -> int:
         planned_world=world_env(args.nodes, args.gpus_per_node),
         command=args.for_command,  # None: the config's keys say (lf/commands.py chosen_entry)
     )
-    asked = args.forecast or args.price is not None or args.measure is not None or args.cards
-    with requested(args.price, cards=args.cards, measure=args.measure) if asked else nullcontext():
+    asked = args.forecast or args.price is not None or args.measure is not None or args.cards or rate_from
+    forecast = requested(args.price, cards=args.cards, measure=args.measure, rate_from=rate_from)
+    with forecast if asked else nullcontext():
         report = run_check(request)
     entry = report.entry
     if args.json:

@@ -27,19 +27,26 @@ class Request:
     price: float | None = None  # USD per GPU-hour, the user's (--price)
     cards: bool = False  # --cards: every catalogue card and the faster settings (forecast/cards.py)
     measure: int | None = None  # --measure N: N steps timed on this machine (forecast/measure.py)
+    rate_from: tuple[str, Any] | None = None  # --rate-from FILE: (FILE, the measure it holds: measure.py fit_in)
 
 
 _REQUEST: contextvars.ContextVar[Request | None] = contextvars.ContextVar("forecast_request", default=None)
 
 
 @contextlib.contextmanager
-def requested(price: float | None = None, *, cards: bool = False, measure: int | None = None) -> Iterator[None]:
+def requested(
+    price: float | None = None,
+    *,
+    cards: bool = False,
+    measure: int | None = None,
+    rate_from: tuple[str, Any] | None = None,
+) -> Iterator[None]:
     """The forecast is asked for (check --forecast, --cards, --measure): the dry run counts FLOPs and the check
     makes the forecast (forecast/run.py ``forecast_for``)."""
     from ..lf.dry_activations import STEP_HOOKS
     from ..lf.dry_data import PACKED_ROWS_CAP
 
-    token = _REQUEST.set(Request(price=price, cards=cards, measure=measure))
+    token = _REQUEST.set(Request(price=price, cards=cards, measure=measure, rate_from=rate_from))
     packed = PACKED_ROWS_CAP.set(FORECAST_PACKED_ROWS)
     STEP_HOOKS.append(count_step_flops)
     try:

@@ -279,6 +279,52 @@ def measured_forecast(forecast: Any, times: StepTimes, steps_asked: int) -> dict
     return result
 
 
+# what a measured fit (``measured_forecast``'s block with model "overhead + FLOPs / rate") carries to another run
+CARRIED = ("marginal_flops_per_s", "overhead_seconds_per_step", "overhead_seconds_per_micro_batch", "accumulation")
+
+
+def fit_in(said: Mapping[str, Any], source: str) -> Mapping[str, Any]:
+    """The measured block in ``said`` (``check --measure N --json``'s whole output, its ``forecast`` or its
+    ``measured`` block), checked to carry a rate; ValueError, in one line, where it does not."""
+    for key in ("forecast", "measured"):
+        if isinstance(said.get(key), Mapping):
+            said = said[key]
+    if said.get("made") is not True:
+        raise ValueError(f"{source} holds no measure (check CONFIG --measure 5 --json writes one): {said.get('why')}")
+    if any(not isinstance(said.get(key), int | float) for key in CARRIED):
+        why = said.get("model_why") or "it has no FLOP rate"
+        raise ValueError(f"{source}'s measure timed seconds a step, not a FLOP rate, so it fits no other run ({why})")
+    return said
+
+
+def carried_forecast(forecast: Any, fit: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """This run's time on the machine another config's ``--measure`` timed (``fit``: its measured block): the
+    run's steps and micro-batches at that measure's overheads, its FLOPs at that measure's rate, and that
+    measure's first-step warm-up. Saves, evaluations and epoch starts are not in it (each was costed only for
+    the measured config's own run)."""
+    work = forecast.work
+    if forecast.run_flops is None:
+        return {"made": False, "why": "no FLOPs counted for this run (the forecast's notes say why)"}
+    micro = float(fit["overhead_seconds_per_micro_batch"])
+    per_update = max(float(fit["overhead_seconds_per_step"]) - float(fit["accumulation"]) * micro, 0.0)
+    micro_batches = work.steps * work.accumulation
+    rate, warmup = float(fit["marginal_flops_per_s"]), float(fit.get("warmup_seconds") or 0.0)
+    parts = [
+        (f"{work.steps:,} steps x {per_update:.3g} s + {micro_batches:,} micro-batches x {micro:.3g} s overhead",
+         work.steps * per_update + micro_batches * micro),
+        (f"{forecast.run_flops:.3g} FLOPs / {rate:.3g} FLOP/s", forecast.run_flops / rate),
+        (f"{warmup:.2g} s first-step warm-up", warmup),
+    ]  # fmt: skip
+    return {
+        "made": True,
+        "from": source,
+        "device": fit.get("device"),
+        "date": fit.get("date"),
+        "run_seconds": sum(seconds for _, seconds in parts),
+        "run_seconds_parts": [[text, seconds] for text, seconds in parts],
+    }
+
+
 def measure(forecast: Any, config: Mapping[str, Any], env_changes: Mapping[str, str], steps: int, *, ok: bool) -> None:
     """``check --measure``: the measured block of the check's ``forecast`` (forecast/run.py Forecast), set in
     place; a refused config is not run (it would fail or waste the device, as the findings say)."""

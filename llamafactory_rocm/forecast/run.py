@@ -33,6 +33,7 @@ class Forecast:
     notes: list[str] = field(default_factory=list)
     found_step: Any = None  # the FLOPs hook's StepFlops (flops.py), kept for the measured rate
     measured: dict[str, Any] | None = None  # check --measure N (measure.py measured_forecast)
+    carried: dict[str, Any] | None = None  # check --rate-from FILE (measure.py carried_forecast)
     cards: list[dict[str, Any]] | None = None  # --cards: each catalogue card's row (cards.py card_rows)
     peak_gib: float | None = None  # --cards: the memory estimate's peak per device the rows are judged by
     faster: list[dict[str, Any]] | None = None  # --cards: changes that make the run faster (cards.py)
@@ -52,6 +53,7 @@ class Forecast:
             "cost_usd": self.cost,
             "notes": self.notes,
             **({"measured": self.measured} if self.measured is not None else {}),
+            **({"carried": self.carried} if self.carried is not None else {}),
             **({"cards": {"peak_gib": self.peak_gib, "rows": self.cards}} if self.cards is not None else {}),
             **({"faster_settings": self.faster} if self.faster is not None else {}),
         }
@@ -109,6 +111,10 @@ def forecast_for(
         from .measure import measure
 
         measure(forecast, config, resolution.env_changes, asked.measure, ok=resolution.ok)
+    if asked.rate_from is not None:
+        from .measure import carried_forecast
+
+        forecast.carried = carried_forecast(forecast, asked.rate_from[1], asked.rate_from[0])
     return forecast
 
 
