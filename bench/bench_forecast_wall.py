@@ -12,8 +12,8 @@ rate, the rate from two shapes of one batch, the overhead per step and per micro
 ``carried_forecast``; FILE holds the first config's fit, its warm-up left out): steps x (overhead a step less
 its micro-batches' part) + micro-batches x overhead a micro-batch + run FLOPs / rate, against their
 ``train_runtime``. The single achieved rate of before (run FLOPs / the first
-config's FLOPs a second over its timed steps) is printed beside it. DPO is not among them: the forecast reads
-no dpo rows' lengths (forecast/tokens.py), so it has no FLOPs for a dpo run.
+config's FLOPs a second over its timed steps) is printed beside it. DPO is not among them (the bundled data
+has no preference rows).
 
     OMP_NUM_THREADS=1 python bench/bench_forecast_wall.py [--repeats 2] [--measure 5] [--only base,long]
 

@@ -31,8 +31,13 @@ for case in json.load(open(manifest)):
             os.environ[key] = value
     sys.argv = ["llamafactory-cli", *case["args"]]
     code, last, err = 0, "", io.StringIO()
+    counted = contextlib.nullcontext()
+    if case.get("flops"):  # every FLOP the run makes, as torch counts them (the GPU's formula for the CPU's sdpa)
+        from torch.utils.flop_counter import FlopCounterMode
+        from llamafactory_rocm.forecast.flops import cpu_attention_formulas
+        counted = FlopCounterMode(display=False, custom_mapping=cpu_attention_formulas())
     try:
-        with contextlib.redirect_stderr(err):
+        with contextlib.redirect_stderr(err), counted:
             from llamafactory.train.tuner import run_exp
             run_exp()
     except SystemExit as stop:
@@ -44,6 +49,8 @@ for case in json.load(open(manifest)):
     os.environ.clear()
     os.environ.update(saved)
     results[case["id"]] = {"exit": code, "error": " ".join(last.split())[:2000]}
+    if case.get("flops"):
+        results[case["id"]]["flops"] = counted.get_total_flops()
     with open(results_file, "w") as f:
         json.dump(results, f)
 """
@@ -61,7 +68,8 @@ def hook_off_env(work: Path, **extra: str) -> dict[str, str]:
 def run_alone(
     cases: Sequence[Mapping[str, Any]], work: Path, env: Mapping[str, str], *, name: str, timeout: float
 ) -> tuple[dict[str, dict[str, Any]], subprocess.CompletedProcess[str]]:
-    """Run ``cases`` (each ``id``, ``dir``, ``args`` and optionally ``env``: pairs, None to unset) in one
+    """Run ``cases`` (each ``id``, ``dir``, ``args`` and optionally ``env``: pairs, None to unset; ``flops``:
+    true to count the run's FLOPs with torch's FlopCounterMode, in the answer's ``flops``) in one
     child process; id -> {"exit", "error"} for each case it finished, and the process (its log is
     ``work/<name>.log``). A case missing from the answer is one the child died before."""
     manifest, results_file = work / f"{name}.json", work / f"{name}-results.json"

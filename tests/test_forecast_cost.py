@@ -65,14 +65,13 @@ def test_a_forecast_that_fails_is_said_and_never_stops_the_check(monkeypatch):
 
     from llamafactory_rocm.forecast import run
     from llamafactory_rocm.forecast.flops import requested
+    from llamafactory_rocm.lf.dry_parts import DryRun
 
     def broken(*args, **kwargs):
         raise ZeroDivisionError("a bug")
 
     monkeypatch.setattr(run, "forecast_of", broken)
-    dry = SimpleNamespace(rows={"train": len(LENGTHS)}, train_lengths=LENGTHS, rows_estimated=False,
-                          train_rows_scaled=None, data_stage="sft", forecast={"step_flops": STEP},
-                          not_checked=())  # fmt: skip
+    dry = DryRun(rows={"train": len(LENGTHS)}, train_lengths=LENGTHS, data_stage="sft", forecast={"step_flops": STEP})
     ctx = SimpleNamespace(catalogue=load_catalogue(), snapshot=SimpleNamespace(devices=[]))
     with requested():
         made = run.forecast_for(dry, SimpleNamespace(config=CONFIG), ctx, "mi300x", 1)

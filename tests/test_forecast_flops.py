@@ -155,30 +155,72 @@ def test_one_count_at_the_cutoff_gives_each_shorter_batch_its_own_count(tiny_mod
         assert counted.of(batch * length, batch * length * length) == pytest.approx(real, rel=1e-4), (batch, length)
 
 
-def test_the_runs_flops_are_its_real_batches_counted_at_their_own_shapes(tiny_model, tmp_path):
-    """Unshuffled (the batches' rows are known; tests/test_forecast_work.py pins their tokens to the stock run's
-    count, exactly): the forecast's FLOPs for the run equal (within 1e-4, as above) FlopCounterMode around a real
-    step of each of the run's micro-batches at its own shape (rows x padded length), summed over the run."""
-    from llamafactory_rocm.forecast.flops import requested
-    from llamafactory_rocm.forecast.run import forecast_of
-    from llamafactory_rocm.forecast.tokens import PAD_MULTIPLE
-    from llamafactory_rocm.lf.dry_run import dry_launch
+def uneven_pairs(folder: Path) -> Path:
+    """A preference dataset (ranking: true) of 24 rows whose prompts, chosen and rejected answers differ in
+    length, as DPO and RM read it."""
+    import json
 
-    config = tiny_train_config(
-        tiny_model, tmp_path / "out", cutoff_len=1024, disable_shuffling=True, per_device_train_batch_size=3,
-        max_steps=-1, num_train_epochs=1.0,
-    )  # fmt: skip
-    with requested():
-        dry = dry_launch(config)
-    forecast = forecast_of(config, dry.rows["train"], dry.train_lengths, dry.rows_estimated, dry.data_stage, 1,
-                           None, dry.forecast)  # fmt: skip
-    assert forecast.tokens is not None and forecast.tokens.exact and forecast.run_flops
-    model = _built(tiny_model, tmp_path, cutoff_len=1024)
-    multiple, counts, total = PAD_MULTIPLE[dry.data_stage], {}, 0
-    for rows in forecast.work.batches[0]:
-        shape = (len(rows), -(-max(dry.train_lengths[i] for i in rows) // multiple) * multiple)
-        if shape not in counts:
-            counts[shape] = _real_step(model, *shape)
-        total += counts[shape]
-    assert len(counts) > 2  # uneven lengths: the batches are of several shapes
-    assert forecast.run_flops == pytest.approx(total, rel=1e-4)
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = [
+        {
+            "instruction": "Explain " + " ".join(["ROCm"] * (3 + 7 * i % 40)) + f" case {i}?",
+            "chosen": " ".join(["yes"] * (5 + 11 * i % 60)) + ".",
+            "rejected": " ".join(["no"] * (2 + 13 * i % 50)) + ".",
+        }
+        for i in range(24)
+    ]
+    (folder / "pairs.json").write_text(json.dumps(rows))
+    columns = {"prompt": "instruction", "chosen": "chosen", "rejected": "rejected"}
+    (folder / "dataset_info.json").write_text(json.dumps({"pairs": {"file_name": "pairs.json", "ranking": True,
+                                                                    "columns": columns}}))  # fmt: skip
+    return folder
+
+
+# id -> overrides of the tiny config, unshuffled (the batches' rows are known), cutoff 1024, 3 steps of 3 rows
+STOCK_FLOPS = {
+    "sft-lora": {},
+    "sft-full": {"finetuning_type": "full"},
+    "dpo-lora": {"stage": "dpo"},  # the reference forward: the policy with its adapter disabled
+    "dpo-full": {"stage": "dpo", "finetuning_type": "full"},  # the reference: create_ref_model's copy
+    "dpo-simpo": {"stage": "dpo", "pref_loss": "simpo"},  # reference-free
+    "rm-lora": {"stage": "rm"},  # trl's value-head model
+}
+
+
+def test_the_runs_flops_equal_torchs_count_of_the_stock_run(tiny_model, tmp_path):
+    """The oracle is stock ``llamafactory-cli train`` (hook off) inside torch's FlopCounterMode: every FLOP of
+    the run, its real batches at their real shapes, checkpointing's recompute, dpo's reference forward. The
+    forecast (``check --forecast``: the dry run's meta model counted once at batch x cutoff_len) must give the
+    same run FLOPs, and the tokens the trainer counted (num_input_tokens_seen), for sft, dpo (the reference
+    forward as the policy without its adapter, as a full copy, or none for simpo) and rm (a value head)."""
+    import json
+
+    import yaml
+
+    from llamafactory_rocm.check.run import check_config
+    from llamafactory_rocm.forecast.flops import requested
+    from tests.stock_runner import hook_off_env, run_alone
+
+    pairs = uneven_pairs(tmp_path / "pairs")
+    configs, cases = {}, []
+    for name, overrides in STOCK_FLOPS.items():
+        config = tiny_train_config(
+            tiny_model, tmp_path / name, cutoff_len=1024, disable_shuffling=True, per_device_train_batch_size=3,
+            max_steps=3, save_strategy="no", include_num_input_tokens_seen=True, **overrides,
+        )  # fmt: skip
+        if config["stage"] in ("dpo", "rm"):
+            config.update(dataset="pairs", dataset_dir=str(pairs), max_samples=24)
+        configs[name] = config
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(config))
+        cases.append({"id": name, "dir": str(tmp_path), "args": [str(tmp_path / f"{name}.yaml")], "flops": True})
+    results, proc = run_alone(cases, tmp_path, hook_off_env(tmp_path), name="flops", timeout=900)
+    for name, config in configs.items():
+        assert results.get(name, {}).get("exit") == 0, (name, results.get(name), proc.stderr[-3000:])
+        state = json.loads((tmp_path / name / "trainer_state.json").read_text())
+        with requested():
+            forecast = check_config({**config, "output_dir": str(tmp_path / f"{name}-check")}).forecast
+        assert forecast.tokens is not None and forecast.tokens.exact, (name, forecast.notes)
+        assert forecast.work.steps == state["global_step"] == 3
+        assert forecast.tokens.total == state["num_input_tokens_seen"], name
+        print(f"STOCK FLOPS {name}: forecast {forecast.run_flops:.6g}, stock run {results[name]['flops']:.6g}")
+        assert forecast.run_flops == pytest.approx(results[name]["flops"], rel=1e-4), name

@@ -74,10 +74,18 @@ def count_step_flops(launch: Any) -> None:
     args = launch.training_args
     sequences = sequences_per_forward(str(launch.run.stage), int(args.per_device_train_batch_size))
     compute = "bfloat16" if args.bf16 else "float16" if args.fp16 else None
+    length = int(launch.data_args.cutoff_len)
     try:
-        launch.run.forecast["step_flops"] = step_flops(
-            launch.model, sequences, int(launch.data_args.cutoff_len), compute
-        )
+        step = step_flops(launch.model, sequences, length, compute)
+        if getattr(launch.finetuning_args, "use_ref_model", False):
+            # dpo's reference log-probs: a forward of the same batch without gradients, by the base model
+            # (train/dpo/trainer.py compute_reference_log_probs: the policy with its adapter disabled, or the
+            # copy create_ref_model loads for full and freeze; a ref_model of its own is counted as the base)
+            reference = step_flops(launch.model, sequences, length, compute, forward_only=True)
+            step = dataclasses.replace(
+                step, reference=reference.forward, attention=step.attention + reference.attention
+            )
+        launch.run.forecast["step_flops"] = step
     except Exception as exc:  # the rest of the forecast stands; the reason is said
         launch.run.forecast["step_flops_error"] = f"{type(exc).__name__}: {exc}"[:300]
 
@@ -93,6 +101,7 @@ class StepFlops:
     # (sdpa_flop_count, flex attention's) grow with the square of the length, everything else with the tokens
     attention: int = 0
     recompute_attention: int = 0  # of the recompute, the attention kernels'
+    reference: int = 0  # dpo's reference model: a forward of the same batch without gradients
 
     def without_recompute(self) -> StepFlops:
         """The step with gradient checkpointing's recompute taken out."""
@@ -101,7 +110,7 @@ class StepFlops:
 
     @property
     def total(self) -> int:
-        return self.forward + self.backward + self.recompute
+        return self.forward + self.backward + self.recompute + self.reference
 
     def of(self, tokens: float, squares: float) -> float:
         """The FLOPs of micro-batches of ``tokens`` tokens in all (sequences x padded length) whose sequences'
@@ -120,6 +129,7 @@ class StepFlops:
             "forward": self.forward,
             "backward": self.backward,
             "recompute": self.recompute,
+            "reference": self.reference,
             "total": self.total,
             "attention": self.attention,
             "shape": [self.sequences, self.length],
@@ -127,7 +137,14 @@ class StepFlops:
 
 
 def step_flops(
-    model: Any, sequences: int, length: int, compute_dtype: str | None, *, every_layer: bool = False, fake: bool = False
+    model: Any,
+    sequences: int,
+    length: int,
+    compute_dtype: str | None,
+    *,
+    every_layer: bool = False,
+    fake: bool = False,
+    forward_only: bool = False,
 ) -> StepFlops:
     """Forward + backward FLOPs of ``sequences`` x ``length`` tokens on ``model`` (labels = ids: the loss
     and its logits are in the count, as in training), with the model's own gradient checkpointing (LLaMA-Factory's
@@ -137,10 +154,11 @@ def step_flops(
     settings, parameter shapes and trainability, layer type), the model runs cut to 2 and to 3 of them and the
     third's count stands for each layer after the second (the first may differ: its input may need no gradient);
     otherwise, or with ``every_layer``, every layer runs."""
+    counting = _Counting(sequences, length, compute_dtype, fake, forward_only)
     cut = None if every_layer else _alike_layers(model)
     if cut is None:
-        return _counted(model, sequences, length, compute_dtype, fake=fake)
-    two, three = (_counted_cut(model, cut, k, sequences, length, compute_dtype, fake) for k in (2, 3))
+        return _counted(model, counting)
+    two, three = (_counted_cut(model, cut, k, counting) for k in (2, 3))
     more = len(cut[2]) - 2
     return StepFlops(
         forward=two.forward + more * (three.forward - two.forward),
@@ -174,9 +192,19 @@ def _alike_layers(model: Any) -> tuple[Any, str, Any] | None:
     return None
 
 
-def _counted_cut(
-    model: Any, cut: tuple[Any, str, Any], keep: int, sequences: int, length: int, compute_dtype: str | None, fake: bool
-) -> StepFlops:
+@dataclass(frozen=True)
+class _Counting:
+    """One count's shape and way: ``sequences`` x ``length`` tokens, the autocast dtype, on FakeTensors
+    (``fake``), and forward only (dpo's reference)."""
+
+    sequences: int
+    length: int
+    compute_dtype: str | None
+    fake: bool = False
+    forward_only: bool = False
+
+
+def _counted_cut(model: Any, cut: tuple[Any, str, Any], keep: int, counting: _Counting) -> StepFlops:
     """``_counted`` with the layer list cut to its first ``keep`` layers (and ``config.layer_types`` alike)."""
     import torch
 
@@ -187,22 +215,23 @@ def _counted_cut(
     if types is not None:
         config.layer_types = list(types)[:keep]
     try:
-        return _counted(model, sequences, length, compute_dtype, fake=fake)
+        return _counted(model, counting)
     finally:
         parent._modules[name] = full
         if types is not None:
             config.layer_types = types
 
 
-def _counted(model: Any, sequences: int, length: int, compute_dtype: str | None, *, fake: bool = False) -> StepFlops:
+def _counted(model: Any, counting: _Counting) -> StepFlops:
     """One forward + backward counted. A model whose every parameter is on the meta device (the dry run's)
     runs there: about 2.5x faster than FakeTensors (no fake dispatch or its cache keys; bench/bench_forecast.py),
     with the CPU's fused attention kernel called as the CPU picks it for these inputs (``_meta_attention``). A
     model it cannot run (a data-dependent op, e.g. an MoE router's) and a model with real weights run on
     FakeTensors as the activation trace does (``fake``). tests/test_forecast_flops.py: both counts equal."""
-    if not fake and all(p.device.type == "meta" for p in model.parameters()):
+    shape = (counting.sequences, counting.length, counting.compute_dtype)
+    if not counting.fake and all(p.device.type == "meta" for p in model.parameters()):
         try:
-            return _count(model, sequences, length, compute_dtype, "meta")
+            return _count(model, *shape, "meta", counting.forward_only)
         except Exception:  # the fake run below counts what meta tensors cannot run
             for parameter in model.parameters():
                 parameter.grad = None
@@ -212,10 +241,14 @@ def _counted(model: Any, sequences: int, length: int, compute_dtype: str | None,
 
     mode = FakeTensorMode()
     with _faked(model, mode), mode:
-        return _count(model, sequences, length, compute_dtype, "cpu")
+        return _count(model, *shape, "cpu", counting.forward_only)
 
 
-def _count(model: Any, sequences: int, length: int, compute_dtype: str | None, device: str) -> StepFlops:
+def _count(
+    model: Any, sequences: int, length: int, compute_dtype: str | None, device: str, forward_only: bool = False
+) -> StepFlops:
+    """One forward + backward counted, or (``forward_only``) one forward without gradients and without a peft
+    model's adapters, as dpo's reference forward runs."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
     from transformers.modeling_layers import GradientCheckpointingLayer
@@ -244,10 +277,14 @@ def _count(model: Any, sequences: int, length: int, compute_dtype: str | None, d
             )
             ids = torch.zeros(sequences, length, dtype=torch.long, device=device)
             extra = {"token_type_ids": torch.zeros_like(ids)} if _needs_token_types(model) else {}
-            with forward_counter, autocast:  # the model's own checkpointing: its backward recomputes
-                loss = model(input_ids=ids, labels=ids, use_cache=False, **extra).loss
+            reference = _reference_forward(model) if forward_only else contextlib.nullcontext()
+            with forward_counter, autocast, reference:  # the model's own checkpointing: its backward recomputes
+                output = model(input_ids=ids, labels=ids, use_cache=False, **extra)
+                # trl's value-head model (the rm stage) returns (lm_logits, loss, values), and LLaMA-Factory's
+                # reward trainer (train/rm/trainer.py compute_loss) takes its loss from the values alone
+                loss = output.loss if hasattr(output, "loss") else output[2].sum()
             with backward_counter:
-                if loss.requires_grad:
+                if loss.requires_grad and not forward_only:
                     loss.backward()
     finally:
         for handle in handles:
@@ -274,6 +311,15 @@ def _count(model: Any, sequences: int, length: int, compute_dtype: str | None, d
         attention=int(attention),
         recompute_attention=int(sum(attention_by_module.get(name, 0) for name in recomputed)),
     )
+
+
+@contextlib.contextmanager
+def _reference_forward(model: Any) -> Iterator[None]:
+    """No gradients, and a peft model's adapters off (``PeftModel.disable_adapter``)."""
+    import torch
+
+    with torch.no_grad(), model.disable_adapter() if hasattr(model, "disable_adapter") else contextlib.nullcontext():
+        yield
 
 
 def _attention(op: Any) -> bool:

@@ -14,7 +14,7 @@ from typing import Any
 from ..lf.work import Work, optimizer_steps
 from .cards import Card, add_cards, time_and_cost
 from .flops import request
-from .tokens import PAD_MULTIPLE, Tokens, run_tokens
+from .tokens import PAD_MULTIPLE, SEQUENCES_PER_ROW, Tokens, run_tokens
 
 
 @dataclass
@@ -102,7 +102,9 @@ def forecast_for(
     config, card = resolution.config, card_of(ctx.catalogue, alias, [d.name for d in ctx.snapshot.devices])
     args = (dry.rows["train"], dry.train_lengths, dry.rows_estimated, dry.data_stage, world_size, card, dry.forecast)
     try:
-        forecast = forecast_of(config, *args, price=asked.price, rows_scaled=dry.train_rows_scaled)
+        forecast = forecast_of(
+            config, *args, price=asked.price, rows_scaled=dry.train_rows_scaled, pair_tokens=dry.train_pair_tokens
+        )
         if asked.cards:
             add_cards(forecast, config, asked.price)
     except Exception as exc:  # the hook asks at every launch: a forecast bug must not stop a run
@@ -129,6 +131,7 @@ def forecast_of(
     found: Mapping[str, Any],
     price: float | None = None,
     rows_scaled: tuple[int, int, int] | None = None,
+    pair_tokens: tuple[int, ...] | None = None,
 ) -> Forecast:
     """The forecast from the dry run's findings (rows, lengths, ``found``: the FLOPs hook's) and the config."""
     from transformers import TrainingArguments
@@ -153,9 +156,17 @@ def forecast_of(
     notes: list[str] = []
     if lengths and data_stage in PAD_MULTIPLE:
         shuffled = not config.get("disable_shuffling", False)
-        tokens = run_tokens(lengths, work, PAD_MULTIPLE[data_stage], sampled=sampled, shuffled=shuffled)
+        tokens = run_tokens(
+            lengths,
+            work,
+            PAD_MULTIPLE[data_stage],
+            sampled=sampled,
+            shuffled=shuffled,
+            sequences=SEQUENCES_PER_ROW.get(data_stage, 1),
+            row_tokens=pair_tokens,
+        )
     else:
-        notes.append(f"tokens not forecast: the {data_stage or 'unknown'} stage's rows are not read (sft, pt only)")
+        notes.append(f"tokens not forecast: the {data_stage or 'unknown'} stage's rows are not read (sft, pt, rm)")
     result = Forecast(work=work, tokens=tokens, card=card, gpus=world_size, notes=notes)
     step = found.get("step_flops")
     result.found_step = step

@@ -22,8 +22,12 @@ from ..lf.work import Work
 # The collator each data stage's workflow builds, and the multiple it pads to:
 # sft: train/sft/workflow.py run_sft, SFTDataCollatorWith4DAttentionMask(pad_to_multiple_of=8 if do_train);
 # pt: train/pt/workflow.py run_pt, DataCollatorForLanguageModeling (no multiple).
+# rm (the data stage of dpo and rm): train/dpo/workflow.py and train/rm/workflow.py,
+# PairwiseDataCollatorWithPadding(pad_to_multiple_of=8), which pads each row's chosen and rejected
+# sequences together with the batch's others: 2 sequences a row (data/collator.py).
 # (pinned against stock runs' num_input_tokens_seen by tests/test_forecast_work.py)
-PAD_MULTIPLE = {"sft": 8, "pt": 1}
+PAD_MULTIPLE = {"sft": 8, "pt": 1, "rm": 8}
+SEQUENCES_PER_ROW = {"rm": 2}
 
 
 @dataclass(frozen=True)
@@ -83,24 +87,36 @@ def _padded_stats(lengths: Sequence[int], batch: int, multiple: int, *, sample: 
 
 
 def run_tokens(
-    lengths: Sequence[int], work: Work, multiple: int, *, sampled: bool, shuffled: bool = True
+    lengths: Sequence[int],
+    work: Work,
+    multiple: int,
+    *,
+    sampled: bool,
+    shuffled: bool = True,
+    sequences: int = 1,
+    row_tokens: Sequence[int] | None = None,
 ) -> Tokens | None:
     """The run's tokens over the micro-batches it runs (whole epochs, then the last epoch's share of them).
     ``shuffled`` (the trainer's RandomSampler): each batch's expected padded ``numel`` for its size;
     unshuffled (LLaMA-Factory's ``disable_shuffling``: a SequentialSampler, sft/trainer.py
-    ``_get_train_sampler``) with every row's length read: each batch's own rows, exact."""
+    ``_get_train_sampler``) with every row's length read: each batch's own rows, exact. A row of ``sequences``
+    sequences (a pair: 2) pads them all to the batch's longest (``lengths``: each row's longest), and its
+    tokens that are not padding are ``row_tokens`` (default: its length)."""
     if not lengths or work.batches_per_rank == 0:
         return None
     exact = not shuffled and not sampled and len(lengths) == work.rows
-    mean_length = sum(lengths) / len(lengths)
+    real_tokens = row_tokens if row_tokens is not None else lengths
+    mean_length = sum(real_tokens) / len(real_tokens)
     cache: dict[int, tuple[float, float, float]] = {}
 
     def padded(rows: tuple[int, ...]) -> tuple[float, float, float]:
         if exact:
             longest = _rounded(max(lengths[i] for i in rows), multiple)
-            return float(len(rows) * longest), 0.0, float(len(rows) * longest * longest)
+            numel = float(sequences * len(rows) * longest)
+            return numel, 0.0, numel * longest
         if len(rows) not in cache:
-            cache[len(rows)] = _padded_stats(lengths, len(rows), multiple, sample=sampled)
+            mean, variance, squares = _padded_stats(lengths, len(rows), multiple, sample=sampled)
+            cache[len(rows)] = (sequences * mean, sequences * sequences * variance, sequences * squares)
         return cache[len(rows)]
 
     full_epochs, steps_left = divmod(work.steps, work.steps_per_epoch)
@@ -113,7 +129,7 @@ def run_tokens(
             total += times * mean
             squares += times * square
             variance += times * spread  # batches taken as independent: an upper bound for one partition
-            real += times * (sum(lengths[j] for j in rows) if exact else len(rows) * mean_length)
+            real += times * (sum(real_tokens[j] for j in rows) if exact else len(rows) * mean_length)
     return Tokens(
         total=round(total),
         spread=math.sqrt(variance),

@@ -200,8 +200,12 @@ def _count_rows(launch: Launch, module: Mapping[str, Any], split: _SplitSpy) -> 
     train = module.get("train_dataset")
     evals = module.get("eval_dataset")
     rows = {"train": len(train) if train is not None else 0}
-    if train is not None and "input_ids" in train.column_names:  # sft/pt rows (pairwise rows: not read)
+    if train is not None and "input_ids" in train.column_names:  # sft/pt rows
         launch.run.train_lengths = tuple(len(ids) for ids in train["input_ids"])
+    elif train is not None and {"chosen_input_ids", "rejected_input_ids"} <= set(train.column_names):
+        pairs = list(zip(train["chosen_input_ids"], train["rejected_input_ids"], strict=True))
+        launch.run.train_lengths = tuple(max(len(chosen), len(rejected)) for chosen, rejected in pairs)
+        launch.run.train_pair_tokens = tuple(len(chosen) + len(rejected) for chosen, rejected in pairs)
     if isinstance(evals, dict):
         rows["eval"] = sum(len(d) for d in evals.values())
     else:

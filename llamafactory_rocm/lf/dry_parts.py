@@ -38,6 +38,9 @@ class DryRun:
     # the token count of each train row LLaMA-Factory's pipeline left (the capped rows: a sample where
     # rows_estimated), for the forecast's padded tokens (forecast/tokens.py); None where not read
     train_lengths: tuple[int, ...] | None = None
+    # pairwise rows (the rm data stage: dpo, rm): each row is a chosen and a rejected sequence, padded together
+    # (train_lengths holds the longer of the two); the tokens of both, not padded, of each row
+    train_pair_tokens: tuple[int, ...] | None = None
     forecast: dict[str, Any] = field(default_factory=dict)  # what the forecast's step hooks found (forecast/)
     resume: Resume | None = None
     stage: str | None = None
