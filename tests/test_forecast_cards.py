@@ -53,6 +53,16 @@ def test_fits_is_the_memory_rules_verdict_and_cheapest_comes_first(eight_b_confi
     assert "at least" in text  # mi250: a lower bound, said to be one
 
 
+@pytest.mark.parametrize("finetuning_type", ["full", "freeze"])
+def test_the_cards_are_judged_by_the_checks_own_memory_estimate(eight_b_config: dict, finetuning_type: str):
+    """Full and freeze: the model the dry run built counts otherwise than the checkpoint's config.json formula
+    (Llama-3-8B full at 4 x 256: 119.91 GiB against 134.87; freeze 21.34 against 22.38), and --cards must judge
+    every card by the estimate the memory rule judges the check's own card by."""
+    with requested(cards=True):
+        report = check_config({**eight_b_config, "finetuning_type": finetuning_type}, gpu="mi300x")
+    assert report.forecast.peak_gib == report.estimate["peak_gib"]
+
+
 def test_checkpointing_off_is_forecast_as_the_check_of_that_config(tiny_model: Path, tmp_path: Path):
     """The faster setting's FLOPs bound those of the check of the changed config (its own dry run counts the
     step without checkpointing: less the recompute, and less the first layer's input gradients, which

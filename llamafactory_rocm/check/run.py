@@ -120,7 +120,9 @@ def run_check(request: CheckRequest) -> Report:
         from ..rules.world import world_size
 
         alias = target.alias if target is not None else None
-        forecast = forecast_for(dry, resolution, ctx, alias, world_size(resolution.config, resolution.env, ctx))
+        world = world_size(resolution.config, resolution.env, ctx)
+        peak = estimate["peak_gib"] if estimate else None  # the memory rule's: --cards judges the cards by it
+        forecast = forecast_for(dry, resolution, ctx, alias, world, peak)
     return Report(
         input_config=input_config,
         resolution=resolution,

@@ -43,21 +43,26 @@ class Card:
 
 
 def estimated_peak_gib(config: Mapping[str, Any], world_size: int) -> float | None:
-    """The memory estimate's peak GiB per device (lf/memory.py ``estimate_config``: the checkpoint's
-    config.json shape); None where unknown. The memory rule adds the built model's count where the dry run
-    built it (rules/memory_fit.py ``_plan``); for LoRA the two agree (tests/test_forecast_cards.py)."""
+    """The memory estimate's peak GiB per device from the checkpoint's config.json shape (lf/memory.py
+    ``estimate_config``); None where unknown. Only where the check made no estimate of its own: the memory
+    rule's counts the model the dry run built (rules/memory_fit.py ``_plan``), and full and freeze differ."""
     from ..lf.memory import estimate_config
 
     found = estimate_config(config, world_size)
     return None if found is None else found.total_gib
 
 
-def add_cards(forecast: Any, config: Mapping[str, Any], price: float | None) -> None:
-    """``check --cards``: the rows and the memory estimate they are judged by, set on the check's forecast."""
+def add_cards(
+    forecast: Any, config: Mapping[str, Any], price: float | None, checked_peak_gib: float | None = None
+) -> None:
+    """``check --cards``: the rows and the memory estimate they are judged by, set on the check's forecast:
+    the check's own (``checked_peak_gib``: the memory rule's, with the model the dry run built) where it made
+    one, else the estimate from the checkpoint's config.json (a check with no device to plan for)."""
     from ..machine.catalogue import load_catalogue
 
     catalogue = load_catalogue()
-    forecast.peak_gib = estimated_peak_gib(config, forecast.gpus)
+    checked = checked_peak_gib
+    forecast.peak_gib = checked if checked is not None else estimated_peak_gib(config, forecast.gpus)
     forecast.cards = card_rows(forecast, catalogue, forecast.peak_gib, price)
     forecast.faster = faster_settings(forecast, config, price, catalogue)
 

@@ -87,12 +87,13 @@ class NoForecast:
 
 
 def forecast_for(
-    dry: Any, resolution: Any, ctx: Any, alias: str | None, world_size: int
+    dry: Any, resolution: Any, ctx: Any, alias: str | None, world_size: int, peak_gib: float | None = None
 ) -> Forecast | NoForecast | None:
     """The check's whole forecast in one call, as data (check/render.py says it): from its dry run
     (lf/dry_parts.py DryRun) and its resolution, the run's work, tokens, FLOPs, time and cost on its card;
     with --cards every catalogue card and the faster settings (cards.py), with --measure the steps timed on
-    this machine (measure.py). None where it was not asked for."""
+    this machine (measure.py); ``peak_gib``: the check's memory estimate, which --cards judges each card by.
+    None where it was not asked for."""
     asked = request()
     if asked is None:
         return None
@@ -106,7 +107,7 @@ def forecast_for(
             config, *args, price=asked.price, rows_scaled=dry.train_rows_scaled, pair_tokens=dry.train_pair_tokens
         )
         if asked.cards:
-            add_cards(forecast, config, asked.price)
+            add_cards(forecast, config, asked.price, peak_gib)
     except Exception as exc:  # the hook asks at every launch: a forecast bug must not stop a run
         return NoForecast(f"the forecast failed here, a bug to report: {type(exc).__name__}: {exc}"[:300])
     if asked.measure is not None:
