@@ -67,21 +67,33 @@ def test_measure_runs_the_trainer_and_counts_the_stock_runs_steps_and_saves(tiny
         assert parts[0][0].startswith("7 steps x ") and "FLOP/s" in parts[1][0]
     else:  # the two shapes' times came out reversed (a loaded machine): seconds a step, and why
         assert measured["model_why"] and parts[0][0].startswith("7 steps x ")
-    _the_measure_carries_to_other_runs(done.stdout, config, run, measured, tmp_path, env)
+    _the_measure_carries_to_other_runs(done.stdout, config, run, measured, tmp_path)
 
 
-def _the_measure_carries_to_other_runs(said: str, config: Path, run: dict, measured: dict, tmp_path: Path, env):
+def _checked(args: list[str]) -> tuple[int, str, str]:
+    """``llamafactory-rocm ARGS`` in this process (``check --rate-from`` starts no child): exit, stdout, stderr."""
+    import contextlib
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(args)
+    return code, out.getvalue(), err.getvalue()
+
+
+def _the_measure_carries_to_other_runs(said: str, config: Path, run: dict, measured: dict, tmp_path: Path):
     """``check --rate-from FILE``: the measure's rate and overheads forecast another run on that machine. On
     the measured config itself the steps' and FLOPs' parts equal the measure's own (its saves are its own);
     on another (batch 2, accumulation 3, cutoff 256) they follow that run's own steps, micro-batches and FLOPs."""
     rate_file = tmp_path / "rate.json"
     rate_file.write_text(said)
+    print(f"MEASURED model: {measured['model']}")
     if measured["model"] != "overhead + FLOPs / rate":  # no rate to carry: one line, exit 2
-        done = run_cli(["check", str(config), "--rate-from", str(rate_file)], tmp_path, env)
-        assert done.returncode == 2 and "not a FLOP rate" in done.stderr, done.stderr
+        code, _, err = _checked(["check", str(config), "--rate-from", str(rate_file)])
+        assert code == 2 and "not a FLOP rate" in err, err
         return
-    same = run_cli(["check", str(config), "--rate-from", str(rate_file), "--json"], tmp_path, env)
-    carried = json.loads(same.stdout)["forecast"]["carried"]
+    code, out, err = _checked(["check", str(config), "--rate-from", str(rate_file), "--json"])
+    carried = json.loads(out)["forecast"]["carried"]
     assert carried["made"] and carried["device"] == measured["device"] and carried["from"] == str(rate_file)
     own = dict(measured["run_seconds_parts"])
     (_, steps_s), (flops_text, flops_s), (_, warmup_s) = carried["run_seconds_parts"]
@@ -90,15 +102,15 @@ def _the_measure_carries_to_other_runs(said: str, config: Path, run: dict, measu
     assert warmup_s == pytest.approx(measured["warmup_seconds"])
     other = {**run, "per_device_train_batch_size": 2, "gradient_accumulation_steps": 3, "cutoff_len": 256}
     (tmp_path / "other.yaml").write_text(yaml.safe_dump(other))
-    done = run_cli(["check", str(tmp_path / "other.yaml"), "--rate-from", str(rate_file), "--json"], tmp_path, env)
-    forecast = json.loads(done.stdout)["forecast"]
+    code, out, err = _checked(["check", str(tmp_path / "other.yaml"), "--rate-from", str(rate_file), "--json"])
+    forecast = json.loads(out)["forecast"]
     (_, steps_s), (_, flops_s), _ = forecast["carried"]["run_seconds_parts"]
     micro = measured["overhead_seconds_per_micro_batch"]
     per_update = measured["overhead_seconds_per_step"] - measured["accumulation"] * micro
     assert steps_s == pytest.approx(7 * per_update + 7 * 3 * micro)  # 7 steps (max_steps), 21 micro-batches
     assert flops_s == pytest.approx(forecast["run_flops"] / measured["marginal_flops_per_s"])
-    plain = run_cli(["check", str(tmp_path / "other.yaml"), "--rate-from", str(rate_file)], tmp_path, env)
-    assert f"time there ({measured['device']}, measured {measured['date']} by the check --measure in " in plain.stdout
+    code, out, err = _checked(["check", str(tmp_path / "other.yaml"), "--rate-from", str(rate_file)])
+    assert f"time there ({measured['device']}, measured {measured['date']} by the check --measure in " in out
 
 
 @pytest.mark.parametrize(
