@@ -76,6 +76,7 @@ def in_process(configs: dict[str, dict], runs: int, env: dict[str, str]) -> None
     dry run's step hook) and the rest of the forecast (forecast_for), wall and CPU seconds, medians."""
     os.environ.update({k: env[k] for k in ("HF_HOME", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")})
     from llamafactory_rocm.check.run import check_config
+    from llamafactory_rocm.forecast import flops
     from llamafactory_rocm.forecast import run as forecast_run
 
     spent: dict[str, list[tuple[float, float]]] = {}
@@ -90,16 +91,16 @@ def in_process(configs: dict[str, dict], runs: int, env: dict[str, str]) -> None
 
         return wrapper
 
-    # both are looked up by name where they are used (requested() and check/run.py import them at the call)
-    originals = forecast_run.count_step_flops, forecast_run.forecast_for
-    forecast_run.count_step_flops = clocked("FLOP count (step hook)", originals[0])
+    # both are looked up by name where they are used (flops.requested() and check/run.py, at the call)
+    originals = flops.count_step_flops, forecast_run.forecast_for
+    flops.count_step_flops = clocked("FLOP count (step hook)", originals[0])
     forecast_run.forecast_for = clocked("rest of the forecast", originals[1])
     try:
         for label, cfg in configs.items():
             check_config(cfg, gpu="mi300x")  # warm: imports, the dataset cache
             spent.clear()  # forecast_for runs in every check (it answers None when not asked)
             for _ in range(runs):
-                with forecast_run.requested():
+                with flops.requested():
                     check_config(cfg, gpu="mi300x")
             for name, values in spent.items():
                 walls, cpus = [w for w, _ in values], [c for _, c in values]
@@ -107,7 +108,7 @@ def in_process(configs: dict[str, dict], runs: int, env: dict[str, str]) -> None
                 print(f"  {label:10} {name:24} median {median(walls):5.2f} s wall ({shown}), {median(cpus):5.2f} s CPU")
             spent.clear()
     finally:
-        forecast_run.count_step_flops, forecast_run.forecast_for = originals
+        flops.count_step_flops, forecast_run.forecast_for = originals
 
 
 if __name__ == "__main__":
