@@ -3,8 +3,8 @@
 The oracle is LLaMA-Factory's own parser (``get_train_args``, stock, in this process: the hook wraps
 ``run_exp`` only): each trigger config below is refused by it, ``check`` names the refusal with a fix and its
 remedy (the key changes of that fix), the remedy is applied, and the stock parser is asked again; it must not
-refuse with the same words. ``check`` is asked again too, and must not say the same refusal. A remedy value
-the user supplies (``<model>``, ``<dataset>``) is filled with what the working config had.
+refuse again (save for a package this machine lacks). ``check`` is asked again too, and must not say the same
+refusal. A remedy value the user supplies (``<model>``, ``<dataset>``) is filled with what the working config had.
 
 Also here: every literal refusal LLaMA-Factory's argument classes and transformers' ``TrainingArguments`` raise
 in the installed versions has its own cause in lf/causes.json (not the words-name-a-key fallback), so a new
@@ -69,6 +69,8 @@ TRIGGERS: dict[str, tuple[dict[str, Any], str]] = {
     "quantized device map": ({"quantization_bit": 4, "quantization_device_map": "auto"}, "LLAMAFACTORY_REFUSED"),
     # the user trained a full reward model: the fix fills in its folder (the tiny model)
     "reward model for ppo": ({"stage": "ppo", "reward_model_type": "full"}, "LLAMAFACTORY_REFUSED"),
+    # a full policy cannot take a LoRA reward model: the fix names reward_model_type: full with the folder
+    "reward model for ppo, a full policy": ({"stage": "ppo", "finetuning_type": "full"}, "LLAMAFACTORY_REFUSED"),
     "dpo label smoothing": ({"stage": "dpo", "pref_loss": "ipo", "dpo_label_smoothing": 0.1}, "LLAMAFACTORY_REFUSED"),
     "llama pro full": ({"finetuning_type": "full", "use_llama_pro": True}, "LLAMAFACTORY_REFUSED"),
     "lora with galore apollo badam": ({"use_galore": True}, "LLAMAFACTORY_REFUSED"),
@@ -98,6 +100,12 @@ TRIGGERS: dict[str, tuple[dict[str, Any], str]] = {
     "finetuning_type": ({"finetuning_type": "qlora"}, "LLAMAFACTORY_REFUSED"),
     "output_dir holds a finished run": ({"__build__": _finished_run}, "LLAMAFACTORY_REFUSED"),
 }
+
+
+# a trigger id -> the cause it is a second trigger of
+SAME_CAUSE = {"reward model for ppo, a full policy": "reward model for ppo"}
+# LLaMA-Factory's words for a package this machine lacks (its check_version, transformers' require_version)
+PACKAGE_NOT_HERE = "distribution was not found and is required"
 
 
 def _config(model: Path, out: Path, changes: dict[str, Any]) -> dict[str, Any]:
@@ -161,7 +169,7 @@ def test_the_fix_passes_the_stock_parser(case: str, tiny_model: Path, tmp_path: 
     out = tmp_path / "out"
     working = _config(tiny_model, tmp_path / "unused", {})
     config = _config(tiny_model, out, changes)
-    if case == "reward model for ppo":
+    if SAME_CAUSE.get(case, case) == "reward model for ppo":
         working["reward_model"] = str(tiny_model)
     words = stock_parser_words(config)
     assert words is not None, f"the stock parser accepts the trigger of {case!r}: the trigger is wrong"
@@ -170,11 +178,14 @@ def test_the_fix_passes_the_stock_parser(case: str, tiny_model: Path, tmp_path: 
     assert errors, f"check accepts what LLaMA-Factory refuses ({words})"
     first = errors[0]
     assert first.code == code, f"the first error is {first.code}, LLaMA-Factory stops on: {words}"
-    assert cause_of(code, words, config).case == case, f"{case!r}: the words {words!r} chose another fix"
+    cause = SAME_CAUSE.get(case, case)
+    assert cause_of(code, words, config).case == cause, f"{case!r}: the words {words!r} chose another fix"
     assert first.remedy, f"{case}: no key change in the fix ({first.fix})"
     fixed = applied(config, first.remedy, working)
     again = stock_parser_words(fixed)
     assert again != words, f"{case}: the fix {first.remedy} leaves LLaMA-Factory's refusal: {words}"
+    # nor any other refusal of the parser (a second key the fix must set too), save for a package this machine lacks
+    assert again is None or PACKAGE_NOT_HERE in again, f"{case}: with the fix {first.remedy} LLaMA-Factory says {again}"
     refused_again = [f for f in check_config(fixed, plan_without_gpu=False).findings if f.level is Level.ERROR]
     assert (first.code, first.message) not in {(f.code, f.message) for f in refused_again}
     # the fix is run again: no key it set is refused, save for a package this machine lacks (the fix's own
@@ -381,3 +392,44 @@ def test_a_streamed_local_file_is_refused_for_its_shards_and_its_fix_trains(tiny
     results, proc = run_alone(cases, tmp_path, hook_off_env(tmp_path), name="streamed", timeout=600)
     assert results["given"]["exit"] != 0 and "StopIteration" in results["given"]["error"], results
     assert results["fixed"]["exit"] == 0, (results, proc.stderr[-2000:])
+
+
+def test_the_reward_model_fix_builds_the_reward_model_in_the_stock_run(tiny_model: Path, tmp_path: Path) -> None:
+    """``stage: ppo`` without reward_model: the fix names reward_model and the reward_model_type that reads it
+    (LLaMA-Factory's create_reward_model, train/trainer_utils.py: lora loads an adapter, full a model folder; a
+    freeze/full policy takes no lora). The oracle is stock ``llamafactory-cli train`` (hook off) with the remedy
+    filled in: a LoRA policy with the output_dir of a LoRA rm run, a full policy with a whole model's folder, both
+    past create_reward_model to the ppo trainer's trl pin (train/ppo/trainer.py, which no trl LLaMA-Factory starts
+    with meets: STAGE_PACKAGE_VERSION). A whole model's folder read as lora, what the old fix's '(or a reward
+    model's folder)' gave, stops in create_reward_model."""
+    import json
+
+    from llamafactory_rocm.resources import datasets_dir
+    from tests.stock_runner import hook_off_env, run_alone
+
+    rows = json.loads((datasets_dir() / "amd_finetune_qa.json").read_text(encoding="utf-8"))[:8]
+    pairs = [{"instruction": r["instruction"], "chosen": r["output"], "rejected": "No idea."} for r in rows]
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "pairs.json").write_text(json.dumps(pairs))
+    columns = {"prompt": "instruction", "chosen": "chosen", "rejected": "rejected"}
+    info = {"pairs": {"file_name": "pairs.json", "ranking": True, "columns": columns}}
+    (tmp_path / "data" / "dataset_info.json").write_text(json.dumps(info))
+    rm_run = _config(tiny_model, tmp_path / "rm", {"stage": "rm", "dataset": "pairs", "dataset_dir": "data"})
+    runs = {"rm": rm_run}
+    for policy, reward_model in (("lora", tmp_path / "rm"), ("full", tiny_model)):
+        config = _config(tiny_model, tmp_path / f"ppo-{policy}", {"stage": "ppo", "finetuning_type": policy})
+        first = next(f for f in check_config(config, plan_without_gpu=False).findings if f.level is Level.ERROR)
+        assert first.remedy and first.remedy["reward_model"] == "<reward model>", first.line()
+        assert f"reward_model_type: {first.remedy['reward_model_type']}" in first.fix, first.line()
+        runs[f"{policy} policy"] = applied(config, first.remedy, {"reward_model": str(reward_model)})
+    runs["folder as lora"] = {**runs["full policy"], "finetuning_type": "lora", "reward_model_type": "lora"}
+    cases = []
+    for name, config in runs.items():
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(config))
+        cases.append({"id": name, "dir": str(tmp_path), "args": [str(tmp_path / f"{name}.yaml")]})
+    results, proc = run_alone(cases, tmp_path, hook_off_env(tmp_path), name="ppo", timeout=600)
+    assert results["rm"]["exit"] == 0, (results, proc.stderr[-2000:])
+    for name in ("lora policy", "full policy"):  # past the reward model: trained, or stopped by the trainer's pin
+        got = results[name]
+        assert got["exit"] == 0 or "trl>=0.8.6,<=0.9.6 is required" in got["error"], (name, got)
+    assert "adapter_config.json" in results["folder as lora"]["error"], results["folder as lora"]

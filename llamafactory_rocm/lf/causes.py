@@ -148,6 +148,8 @@ def _values(pattern: Pattern, groups: Mapping[str, str], config: Mapping[str, An
         eval_steps = float(config.get("eval_steps") or 1)
         save_steps = float(config.get("save_steps") or eval_steps)
         values["eval_steps_multiple"] = _round_multiple(save_steps, eval_steps)
+    if pattern.case == "reward model for ppo":
+        values["reward_model_type"] = _reward_model_type(config)
     if pattern.case == "not one name":
         template = config.get("template")
         values["first_template"] = template[0] if isinstance(template, list) and template else "llama3"
@@ -166,6 +168,30 @@ _OPTIMIZER_KEYS = {
     "epsilon": "adam_epsilon",
     "momentum": "momentum",
 }
+
+
+def _reward_model_type(config: Mapping[str, Any]) -> str:
+    """The reward_model_type a ppo run with this finetuning_type takes: the config's own (lora by default: a LoRA
+    rm run's adapter), else full (a whole model's folder), as LLaMA-Factory's FinetuningArguments accepts them
+    (its __post_init__ refuses lora for a freeze/full policy)."""
+    from .text_only import text_only_llamafactory
+
+    with text_only_llamafactory():
+        from llamafactory.hparams import FinetuningArguments
+
+    given = str(config.get("reward_model_type") or _default("reward_model_type"))
+    for candidate in dict.fromkeys((given, "full")):
+        try:
+            FinetuningArguments(
+                stage="ppo",
+                finetuning_type=config.get("finetuning_type", _default("finetuning_type")),
+                reward_model="<reward model>",
+                reward_model_type=candidate,
+            )
+        except (ValueError, AssertionError, TypeError):  # its refusals: ValueError, and asserts on the method
+            continue
+        return candidate
+    return given  # the finetuning_type itself is refused: its own cause says so
 
 
 def _round_multiple(save_steps: float, eval_steps: float) -> int | float:
