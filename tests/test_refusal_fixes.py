@@ -349,11 +349,21 @@ def test_the_ppo_trainer_pin_conflicts_with_llamafactory_itself() -> None:
         ({"stage": "foo"}, "STAGE_UNKNOWN", "stage"),  # LLaMA-Factory's tuner: Unknown task
         ({"lora_dropout": 1.5}, "MODEL_MODULES_REFUSED", "lora_dropout"),  # torch's Dropout, built by peft
         ({"adapter_name_or_path": "__empty__"}, "MODEL_MODULES_REFUSED", "adapter_name_or_path"),  # peft's config
+        ({"report_to": "wandb"}, "REPORTER_UNAVAILABLE", "report_to"),  # transformers' WandbCallback
+        ({"optim": "adamw_bnb_8bit"}, "OPTIMIZER_UNAVAILABLE", "optim"),  # transformers' optimizer lookup
+        ({"fsdp": "full_shard"}, "FSDP_REFUSED", "fsdp"),  # accelerate's FSDP plugin: no GPU, one process
+        ({"quantization_bit": 4}, "PACKAGE_MISSING", "quantization_bit"),  # bitsandbytes at model load
     ],
 )
 def test_a_launch_refusal_is_fixed_by_its_remedy(changes, code, key, tiny_model: Path, tmp_path: Path, monkeypatch):
     """Refusals past the parser (the trainer's optimizer, the adapter set-up): the fix names the key the library's
     words are about, and its remedy applied passes the launch run dry (LLaMA-Factory's own steps)."""
+    import importlib.util
+
+    # the package whose absence here is the refusal (wandb, bitsandbytes): where installed there is none
+    absent = {"report_to": "wandb", "optim": "bitsandbytes", "quantization_bit": "bitsandbytes"}.get(key)
+    if absent and importlib.util.find_spec(absent) is not None:
+        pytest.skip(f"{absent} is installed here")
     monkeypatch.chdir(tmp_path)
     if changes.get("adapter_name_or_path") == "__empty__":  # an adapter folder the run never wrote into
         (tmp_path / "empty-adapter").mkdir()
@@ -362,6 +372,28 @@ def test_a_launch_refusal_is_fixed_by_its_remedy(changes, code, key, tiny_model:
     first = next(f for f in check_config(config, plan_without_gpu=False).findings if f.level is Level.ERROR)
     assert (first.code, first.key) == (code, key), first.line()
     assert first.remedy and key in first.remedy, first.line()
+    fixed = applied(config, first.remedy, config)
+    again = [f for f in check_config(fixed, plan_without_gpu=False).findings if f.level is Level.ERROR]
+    assert not again, [f.line() for f in again]
+
+
+def test_resuming_another_rank_is_fixed_by_the_checkpoints_own_rank(tiny_model: Path, tmp_path: Path, monkeypatch):
+    """output_dir holds checkpoint-1 of a stock LoRA rank-8 run (hook off), and the config now says rank 16:
+    the fix's remedy is the rank the checkpoint was trained with, read from its adapter_config.json, and the
+    config with it passes the launch run dry (the checkpoint's adapter shapes against the rebuilt adapter)."""
+    from tests.stock_runner import hook_off_env, run_alone
+
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out"
+    trained = _config(tiny_model, out, {"lora_rank": 8, "save_steps": 1})
+    (tmp_path / "rank8.yaml").write_text(yaml.safe_dump(trained))
+    case = {"id": "rank8", "dir": str(tmp_path), "args": [str(tmp_path / "rank8.yaml")]}
+    results, proc = run_alone([case], tmp_path, hook_off_env(tmp_path), name="rank8", timeout=600)
+    assert results["rank8"]["exit"] == 0 and (out / "checkpoint-1").is_dir(), (results, proc.stderr[-2000:])
+    config = {**trained, "lora_rank": 16, "max_steps": 2}
+    first = next(f for f in check_config(config, plan_without_gpu=False).findings if f.level is Level.ERROR)
+    assert (first.code, first.key, first.remedy) == ("CHECKPOINT_MISMATCH", "lora_rank", {"lora_rank": 8}), first.line()
+    assert "lora_rank: 8" in first.fix, first.line()
     fixed = applied(config, first.remedy, config)
     again = [f for f in check_config(fixed, plan_without_gpu=False).findings if f.level is Level.ERROR]
     assert not again, [f.line() for f in again]

@@ -141,13 +141,18 @@ def _check_checkpoint_matches(launch: Launch, checkpoint: Path) -> None:
                 f"{len(only_saved)} saved tensors are not in this run and {len(only_run)} of this run's are "
                 f"not saved (e.g. {(only_saved or only_run)[0]})"
             )
+        remedy = _checkpoint_adapter(config, peft_model.peft_config.get(peft_model.active_adapter))
         launch.run.error(
             code="CHECKPOINT_MISMATCH",
             message=f"{checkpoint} was trained with another adapter (r={config.get('r')}, "
             f"target_modules={config.get('target_modules')}): {'; '.join(parts)}. Resuming dies in "
             "load_state_dict (size mismatch) or in the optimizer's load_state_dict.",
             fix_as="adapter",
+            fix_with={
+                "adapter": ", ".join(f"{k}: {v}" for k, v in remedy.items()) if remedy else "lora_rank/lora_target"
+            },
             key="lora_rank" if differ else "lora_target",
+            remedy=remedy,
         )
     base = config.get("base_model_name_or_path")
     if base and not _same_model(base, launch.model_args.model_name_or_path):
@@ -218,6 +223,20 @@ def _saved_shapes(checkpoint: Path) -> dict[str, tuple[int, ...]] | None:
         return None
     with safe_open(str(path), framework="pt") as f:  # reads the header only
         return {key: tuple(f.get_slice(key).get_shape()) for key in f.keys()}  # noqa: SIM118 (safe_open is no dict)
+
+
+def _checkpoint_adapter(saved: dict, now: Any) -> dict[str, Any] | None:
+    """The LLaMA-Factory keys that rebuild the checkpoint's adapter: its adapter_config.json's ``r`` and
+    ``target_modules`` where they differ from this run's LoraConfig (LLaMA-Factory's model/adapter.py builds
+    LoraConfig(r=lora_rank, target_modules=lora_target split on commas)). None where neither differs or the
+    saved value is not one a key can say (a regex target_modules)."""
+    remedy: dict[str, Any] = {}
+    rank, targets = saved.get("r"), saved.get("target_modules")
+    if isinstance(rank, int) and rank != getattr(now, "r", None):
+        remedy["lora_rank"] = rank
+    if isinstance(targets, list) and set(targets) != set(getattr(now, "target_modules", None) or ()):
+        remedy["lora_target"] = ",".join(sorted(targets))
+    return remedy or None
 
 
 def _is_peft(model: Any) -> bool:

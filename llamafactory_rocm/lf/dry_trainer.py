@@ -48,7 +48,8 @@ def trainer_setup(launch: Launch) -> None:
             message="transformers' Trainer.get_optimizer_cls_and_kwargs refused optim "
             f"{args.optim.value}: {one_line(exc)}",
             key="optim",
-            **({} if code == "OPTIMIZER_UNAVAILABLE" else {"fix_as": "optim", "remedy": {"optim": "adamw_torch"}}),
+            remedy={"optim": "adamw_torch"},  # torch's own AdamW: no optional package
+            **({} if code == "OPTIMIZER_UNAVAILABLE" else {"fix_as": "optim"}),
         )
     else:
         if getattr(optimizer_cls, "__module__", "").startswith("torch.optim"):
@@ -99,6 +100,7 @@ def trainer_setup(launch: Launch) -> None:
             code="REPORTER_UNAVAILABLE",
             message=f"transformers' reporting callback for report_to {args.report_to} refused: {one_line(exc)}",
             key="report_to",
+            remedy={"report_to": "none"},
         )
     _check_fsdp(launch)
     _check_dataloaders(launch)
@@ -127,6 +129,7 @@ def _check_fsdp(launch: Launch) -> None:
                 f"{' '.join(str(o.value) for o in args.fsdp)}, refused: {one_line(exc)}",
                 fix_as="plugin",
                 key="fsdp",
+                remedy={"fsdp": ""},  # TrainingArguments reads "" as no FSDP option
             )
             return
     # transformers/trainer.py Trainer.__init__: "Using fsdp only works in distributed training." (pinned by
@@ -138,6 +141,7 @@ def _check_fsdp(launch: Launch) -> None:
             f"{args.parallel_mode.value}): 'Using fsdp only works in distributed training.'",
             fix_as="world",
             key="fsdp",
+            remedy={"fsdp": ""},
         )
 
 

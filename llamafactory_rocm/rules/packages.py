@@ -150,6 +150,8 @@ def require_packages(config: Mapping[str, Any], env: Mapping[str, str], ctx: Con
                     key=need.key,
                     message=f"{need.why} ({wanted}), but {here}.",
                     fix_with={"wanted": wanted, "key": need.key},
+                    # the need comes from the key (required_packages); an environment switch is no key
+                    remedy={need.key: None} if need.key in config else None,
                 )
             )
     return unchanged(config, env, *findings)
