@@ -176,6 +176,26 @@ def uneven_pairs(folder: Path) -> Path:
     return folder
 
 
+def uneven_kto(folder: Path) -> Path:
+    """kto rows (a kto_tag each) whose prompts and answers differ in length: each row's KL sequence (its prompt
+    with another row's answer, LLaMA-Factory's feedback processor) differs from its target."""
+    import json
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = [
+        {
+            "instruction": "Explain " + " ".join(["ROCm"] * (3 + 7 * i % 40)) + f" case {i}?",
+            "output": " ".join(["yes"] * (5 + 11 * i % 60)) + ".",
+            "kto_tag": i % 3 != 0,
+        }
+        for i in range(24)
+    ]
+    (folder / "kto.json").write_text(json.dumps(rows))
+    columns = {"prompt": "instruction", "response": "output", "kto_tag": "kto_tag"}
+    (folder / "dataset_info.json").write_text(json.dumps({"kto": {"file_name": "kto.json", "columns": columns}}))
+    return folder
+
+
 # id -> overrides of the tiny config, unshuffled (the batches' rows are known), cutoff 1024, 3 steps of 3 rows
 STOCK_FLOPS = {
     "sft-lora": {},
@@ -184,6 +204,9 @@ STOCK_FLOPS = {
     "dpo-full": {"stage": "dpo", "finetuning_type": "full"},  # the reference: create_ref_model's copy
     "dpo-simpo": {"stage": "dpo", "pref_loss": "simpo"},  # reference-free
     "rm-lora": {"stage": "rm"},  # trl's value-head model
+    # the KL rows by the policy and both batches by the reference, forward only; 4 steps: at 3 the target and
+    # KL batches of these rows happen to pad to the same token total
+    "kto-lora": {"stage": "kto", "max_steps": 4},
 }
 
 
@@ -201,15 +224,18 @@ def test_the_runs_flops_equal_torchs_count_of_the_stock_run(tiny_model, tmp_path
     from llamafactory_rocm.forecast.flops import requested
     from tests.stock_runner import hook_off_env, run_alone
 
-    pairs = uneven_pairs(tmp_path / "pairs")
+    pairs, kto = uneven_pairs(tmp_path / "pairs"), uneven_kto(tmp_path / "kto")
     configs, cases = {}, []
     for name, overrides in STOCK_FLOPS.items():
         config = tiny_train_config(
             tiny_model, tmp_path / name, cutoff_len=1024, disable_shuffling=True, per_device_train_batch_size=3,
-            max_steps=3, save_strategy="no", include_num_input_tokens_seen=True, **overrides,
+            max_steps=3, save_strategy="no", include_num_input_tokens_seen=True,
         )  # fmt: skip
+        config.update(overrides)
         if config["stage"] in ("dpo", "rm"):
             config.update(dataset="pairs", dataset_dir=str(pairs), max_samples=24)
+        if config["stage"] == "kto":
+            config.update(dataset="kto", dataset_dir=str(kto), max_samples=24)
         configs[name] = config
         (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(config))
         cases.append({"id": name, "dir": str(tmp_path), "args": [str(tmp_path / f"{name}.yaml")], "flops": True})
@@ -220,7 +246,8 @@ def test_the_runs_flops_equal_torchs_count_of_the_stock_run(tiny_model, tmp_path
         with requested():
             forecast = check_config({**config, "output_dir": str(tmp_path / f"{name}-check")}).forecast
         assert forecast.tokens is not None and forecast.tokens.exact, (name, forecast.notes)
-        assert forecast.work.steps == state["global_step"] == 3
+        assert forecast.work.steps == state["global_step"] == config["max_steps"]
         assert forecast.tokens.total == state["num_input_tokens_seen"], name
-        print(f"STOCK FLOPS {name}: forecast {forecast.run_flops:.6g}, stock run {results[name]['flops']:.6g}")
+        stock = results[name]["flops"]
+        print(f"STOCK FLOPS {name}: {forecast.run_flops:.6g} forecast, {stock:.6g} stock, {forecast.tokens.total:,}")
         assert forecast.run_flops == pytest.approx(results[name]["flops"], rel=1e-4), name

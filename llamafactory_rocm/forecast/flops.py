@@ -85,6 +85,13 @@ def count_step_flops(launch: Any) -> None:
             step = dataclasses.replace(
                 step, reference=reference.forward, attention=step.attention + reference.attention
             )
+        if launch.run.stage == "kto":
+            # kto (train/kto/trainer.py): besides the target batch's step, a forward without gradients of the
+            # KL batch by the policy, and of both batches by the reference (compute_reference_log_probs)
+            launch.run.forecast["kto_forwards"] = (
+                step_flops(launch.model, sequences, length, compute, forward_only=True, adapter_off=False),
+                step_flops(launch.model, sequences, length, compute, forward_only=True),
+            )
         launch.run.forecast["step_flops"] = step
     except Exception as exc:  # the rest of the forecast stands; the reason is said
         launch.run.forecast["step_flops_error"] = f"{type(exc).__name__}: {exc}"[:300]
@@ -145,6 +152,7 @@ def step_flops(
     every_layer: bool = False,
     fake: bool = False,
     forward_only: bool = False,
+    adapter_off: bool = True,
 ) -> StepFlops:
     """Forward + backward FLOPs of ``sequences`` x ``length`` tokens on ``model`` (labels = ids: the loss
     and its logits are in the count, as in training), with the model's own gradient checkpointing (LLaMA-Factory's
@@ -154,7 +162,7 @@ def step_flops(
     settings, parameter shapes and trainability, layer type), the model runs cut to 2 and to 3 of them and the
     third's count stands for each layer after the second (the first may differ: its input may need no gradient);
     otherwise, or with ``every_layer``, every layer runs."""
-    counting = _Counting(sequences, length, compute_dtype, fake, forward_only)
+    counting = _Counting(sequences, length, compute_dtype, fake, forward_only, forward_only and adapter_off)
     cut = None if every_layer else _alike_layers(model)
     if cut is None:
         return _counted(model, counting)
@@ -195,13 +203,15 @@ def _alike_layers(model: Any) -> tuple[Any, str, Any] | None:
 @dataclass(frozen=True)
 class _Counting:
     """One count's shape and way: ``sequences`` x ``length`` tokens, the autocast dtype, on FakeTensors
-    (``fake``), and forward only (dpo's reference)."""
+    (``fake``), forward only without gradients (``forward_only``) and without a peft model's adapter
+    (``adapter_off``: a reference model's forward)."""
 
     sequences: int
     length: int
     compute_dtype: str | None
     fake: bool = False
     forward_only: bool = False
+    adapter_off: bool = False
 
 
 def _counted_cut(model: Any, cut: tuple[Any, str, Any], keep: int, counting: _Counting) -> StepFlops:
@@ -231,7 +241,7 @@ def _counted(model: Any, counting: _Counting) -> StepFlops:
     shape = (counting.sequences, counting.length, counting.compute_dtype)
     if not counting.fake and all(p.device.type == "meta" for p in model.parameters()):
         try:
-            return _count(model, *shape, "meta", counting.forward_only)
+            return _count(model, *shape, "meta", counting.forward_only, counting.adapter_off)
         except Exception:  # the fake run below counts what meta tensors cannot run
             for parameter in model.parameters():
                 parameter.grad = None
@@ -241,14 +251,20 @@ def _counted(model: Any, counting: _Counting) -> StepFlops:
 
     mode = FakeTensorMode()
     with _faked(model, mode), mode:
-        return _count(model, *shape, "cpu", counting.forward_only)
+        return _count(model, *shape, "cpu", counting.forward_only, counting.adapter_off)
 
 
 def _count(
-    model: Any, sequences: int, length: int, compute_dtype: str | None, device: str, forward_only: bool = False
+    model: Any,
+    sequences: int,
+    length: int,
+    compute_dtype: str | None,
+    device: str,
+    forward_only: bool = False,
+    adapter_off: bool = False,
 ) -> StepFlops:
-    """One forward + backward counted, or (``forward_only``) one forward without gradients and without a peft
-    model's adapters, as dpo's reference forward runs."""
+    """One forward + backward counted, or (``forward_only``) one forward without gradients, and (``adapter_off``)
+    without a peft model's adapters, as a reference model's forward runs."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
     from transformers.modeling_layers import GradientCheckpointingLayer
@@ -277,7 +293,7 @@ def _count(
             )
             ids = torch.zeros(sequences, length, dtype=torch.long, device=device)
             extra = {"token_type_ids": torch.zeros_like(ids)} if _needs_token_types(model) else {}
-            reference = _reference_forward(model) if forward_only else contextlib.nullcontext()
+            reference = _no_grad_forward(model, adapter_off) if forward_only else contextlib.nullcontext()
             with forward_counter, autocast, reference:  # the model's own checkpointing: its backward recomputes
                 output = model(input_ids=ids, labels=ids, use_cache=False, **extra)
                 # trl's value-head model (the rm stage) returns (lm_logits, loss, values), and LLaMA-Factory's
@@ -314,11 +330,12 @@ def _count(
 
 
 @contextlib.contextmanager
-def _reference_forward(model: Any) -> Iterator[None]:
-    """No gradients, and a peft model's adapters off (``PeftModel.disable_adapter``)."""
+def _no_grad_forward(model: Any, adapter_off: bool) -> Iterator[None]:
+    """No gradients, and (``adapter_off``) a peft model's adapters off (``PeftModel.disable_adapter``)."""
     import torch
 
-    with torch.no_grad(), model.disable_adapter() if hasattr(model, "disable_adapter") else contextlib.nullcontext():
+    off = adapter_off and hasattr(model, "disable_adapter")
+    with torch.no_grad(), model.disable_adapter() if off else contextlib.nullcontext():
         yield
 
 

@@ -104,7 +104,12 @@ def forecast_for(
     args = (dry.rows["train"], dry.train_lengths, dry.rows_estimated, dry.data_stage, world_size, card, dry.forecast)
     try:
         forecast = forecast_of(
-            config, *args, price=asked.price, rows_scaled=dry.train_rows_scaled, pair_tokens=dry.train_pair_tokens
+            config,
+            *args,
+            price=asked.price,
+            rows_scaled=dry.train_rows_scaled,
+            pair_tokens=dry.train_pair_tokens,
+            kl_lengths=dry.train_kl_lengths,
         )
         if asked.cards:
             add_cards(forecast, config, asked.price, peak_gib)
@@ -133,6 +138,7 @@ def forecast_of(
     price: float | None = None,
     rows_scaled: tuple[int, int, int] | None = None,
     pair_tokens: tuple[int, ...] | None = None,
+    kl_lengths: tuple[int, ...] | None = None,
 ) -> Forecast:
     """The forecast from the dry run's findings (rows, lengths, ``found``: the FLOPs hook's) and the config."""
     from transformers import TrainingArguments
@@ -155,19 +161,18 @@ def forecast_of(
         work = dataclasses.replace(work, rows_scaled=rows_scaled)
     tokens = None
     notes: list[str] = []
+    kl_tokens = None
     if lengths and data_stage in PAD_MULTIPLE:
         shuffled = not config.get("disable_shuffling", False)
+        multiple = PAD_MULTIPLE[data_stage]
+        sequences = SEQUENCES_PER_ROW.get(data_stage, 1)
         tokens = run_tokens(
-            lengths,
-            work,
-            PAD_MULTIPLE[data_stage],
-            sampled=sampled,
-            shuffled=shuffled,
-            sequences=SEQUENCES_PER_ROW.get(data_stage, 1),
-            row_tokens=pair_tokens,
+            lengths, work, multiple, sampled=sampled, shuffled=shuffled, sequences=sequences, row_tokens=pair_tokens
         )
+        if kl_lengths:  # kto's KL rows: the same rows' batches, padded apart, forward only
+            kl_tokens = run_tokens(kl_lengths, work, multiple, sampled=sampled, shuffled=shuffled)
     else:
-        notes.append(f"tokens not forecast: the {data_stage or 'unknown'} stage's rows are not read (sft, pt, rm)")
+        notes.append(f"tokens not forecast: the {data_stage or 'unknown'} stage's rows are not read (sft, pt, rm, kto)")
     result = Forecast(work=work, tokens=tokens, card=card, gpus=world_size, notes=notes)
     step = found.get("step_flops")
     result.found_step = step
@@ -175,6 +180,19 @@ def forecast_of(
         # counted at batch x cutoff_len: the attention kernels' part at each batch's padded length squared,
         # the rest per token (docs/forecast.md)
         result.run_flops = step.of(tokens.total, tokens.squares)
+        if data_stage == "kto":  # the KL batch by the policy, both batches by the reference: forward only
+            policy, reference = found.get("kto_forwards") or (None, None)
+            if policy is None or kl_tokens is None:
+                result.run_flops = None
+                notes.append("FLOPs not counted: kto's KL rows or forward counts were not found")
+            else:
+                result.run_flops += policy.of(kl_tokens.total, kl_tokens.squares) + reference.of(
+                    tokens.total + kl_tokens.total, tokens.squares + kl_tokens.squares
+                )
+                notes.append(
+                    f"kto's KL rows: {kl_tokens.total:,} tokens with padding, forward only (the trainer's "
+                    "num_input_tokens_seen counts the target rows alone)"
+                )
         result.flops_note = (
             f"FlopCounterMode on the built model, forward {step.forward:,} + backward {step.backward:,} + "
             f"recompute {step.recompute:,} FLOPs for {step.sequences} x {step.length} tokens (attention "

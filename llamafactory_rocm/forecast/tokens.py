@@ -25,9 +25,11 @@ from ..lf.work import Work
 # rm (the data stage of dpo and rm): train/dpo/workflow.py and train/rm/workflow.py,
 # PairwiseDataCollatorWithPadding(pad_to_multiple_of=8), which pads each row's chosen and rejected
 # sequences together with the batch's others: 2 sequences a row (data/collator.py).
-# (pinned against stock runs' num_input_tokens_seen by tests/test_forecast_work.py; rm, dpo's and rm's, by
-# tests/test_forecast_flops.py)
-PAD_MULTIPLE = {"sft": 8, "pt": 1, "rm": 8}
+# kto: train/kto/workflow.py, KTODataCollatorWithPadding(pad_to_multiple_of=8), which pads the target rows
+# (input_ids, what the trainer counts) and the KL rows (kl_input_ids) as two batches (data/collator.py).
+# (pinned against stock runs' num_input_tokens_seen by tests/test_forecast_work.py; rm, dpo's and rm's, and
+# kto by tests/test_forecast_flops.py)
+PAD_MULTIPLE = {"sft": 8, "pt": 1, "rm": 8, "kto": 8}
 SEQUENCES_PER_ROW = {"rm": 2}
 
 

@@ -200,8 +200,10 @@ def _count_rows(launch: Launch, module: Mapping[str, Any], split: _SplitSpy) -> 
     train = module.get("train_dataset")
     evals = module.get("eval_dataset")
     rows = {"train": len(train) if train is not None else 0}
-    if train is not None and "input_ids" in train.column_names:  # sft/pt rows
+    if train is not None and "input_ids" in train.column_names:  # sft/pt rows, kto's target rows
         launch.run.train_lengths = tuple(len(ids) for ids in train["input_ids"])
+        if "kl_input_ids" in train.column_names:
+            launch.run.train_kl_lengths = tuple(len(ids) for ids in train["kl_input_ids"])
     elif train is not None and {"chosen_input_ids", "rejected_input_ids"} <= set(train.column_names):
         pairs = list(zip(train["chosen_input_ids"], train["rejected_input_ids"], strict=True))
         launch.run.train_lengths = tuple(max(len(chosen), len(rejected)) for chosen, rejected in pairs)

@@ -41,6 +41,8 @@ class DryRun:
     # pairwise rows (the rm data stage: dpo, rm): each row is a chosen and a rejected sequence, padded together
     # (train_lengths holds the longer of the two); the tokens of both, not padded, of each row
     train_pair_tokens: tuple[int, ...] | None = None
+    # kto rows: the length of each row's KL sequence (kl_input_ids), padded as a batch of its own
+    train_kl_lengths: tuple[int, ...] | None = None
     forecast: dict[str, Any] = field(default_factory=dict)  # what the forecast's step hooks found (forecast/)
     resume: Resume | None = None
     stage: str | None = None
