@@ -30,9 +30,24 @@ PRESET = "mi300x_llama3_lora_2node"
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A port free now and below the kernel's ephemeral range (ip_local_port_range): a port got by binding port
+    0 is in that range, where any process's outgoing connection (gloo's, a TCPStore client's) may take it
+    between this check and torchrun's bind; below it only an explicit bind can."""
+    import random
+
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768  # Linux's default
+    for _ in range(200):
+        port = random.randrange(20000, max(low, 20001))
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port between 20000 and {low}")
 
 
 def other_arch_snapshot(tmp_path: Path) -> Path:

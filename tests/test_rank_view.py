@@ -197,6 +197,10 @@ def _stock_envs(path: Path, world: SimWorld, extra: dict[str, str], port: int) -
         cwd = path.parent / f"node{node_rank}" if world.nodes > 1 else path.parent
         cwd.mkdir(exist_ok=True)
         env = hook_off_env(cwd, **_node_world(world, extra, node_rank, port), **{RANKS_ENV: str(path.parent / "ranks")})
+        # the rendezvous port for one node's torchrun too: LLaMA-Factory's launcher would pick one by binding port
+        # 0, from the ephemeral range, where another process's outgoing connection can take it before torchrun
+        # binds it (EADDRINUSE, seen once in a fresh-clone run); free_port picks below that range
+        env.setdefault("MASTER_PORT", str(port))
         env = node_env(world.node, env)
         envs.append((cwd, env))
     return envs
