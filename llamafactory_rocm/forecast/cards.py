@@ -132,7 +132,8 @@ def faster_settings(forecast: Any, config: Mapping[str, Any], price: float | Non
         fits = None if estimate is None or memory is None else estimate.total_gib <= BUDGET * memory
         changed = dataclasses.replace(
             forecast,
-            run_flops=step.without_recompute().of(forecast.tokens.total, forecast.tokens.squares),
+            run_flops=step.without_recompute().of(forecast.tokens.total, forecast.tokens.squares)
+            + forecast.forward_only_flops,  # forwards without gradients recompute nothing
             notes=[],
             hours=None,
             hours_at_peak=None,

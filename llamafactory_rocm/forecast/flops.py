@@ -76,23 +76,25 @@ def count_step_flops(launch: Any) -> None:
     compute = "bfloat16" if args.bf16 else "float16" if args.fp16 else None
     length = int(launch.data_args.cutoff_len)
     try:
-        step = step_flops(launch.model, sequences, length, compute)
-        if getattr(launch.finetuning_args, "use_ref_model", False):
-            # dpo's reference log-probs: a forward of the same batch without gradients, by the base model
-            # (train/dpo/trainer.py compute_reference_log_probs: the policy with its adapter disabled, or the
-            # copy create_ref_model loads for full and freeze; a ref_model of its own is counted as the base)
+        launch.run.forecast["step_flops"] = step_flops(launch.model, sequences, length, compute)
+        forwards: list[tuple[str, StepFlops]] = []  # the trainer's forwards without gradients, beside its step
+        if getattr(launch.finetuning_args, "use_ref_model", False) or launch.run.stage == "kto":
+            # the reference log-probs of the batch (train/dpo/trainer.py and train/kto/trainer.py
+            # compute_reference_log_probs): the policy with its adapter disabled, or the copy create_ref_model
+            # loads for full and freeze (a ref_model of its own is counted as the base); dpo's only where
+            # use_ref_model (not orpo, simpo), kto's always
             reference = step_flops(launch.model, sequences, length, compute, forward_only=True)
-            step = dataclasses.replace(
-                step, reference=reference.forward, attention=step.attention + reference.attention
-            )
+            forwards.append(("target", reference))
         if launch.run.stage == "kto":
-            # kto (train/kto/trainer.py): besides the target batch's step, a forward without gradients of the
-            # KL batch by the policy, and of both batches by the reference (compute_reference_log_probs)
-            launch.run.forecast["kto_forwards"] = (
-                step_flops(launch.model, sequences, length, compute, forward_only=True, adapter_off=False),
-                step_flops(launch.model, sequences, length, compute, forward_only=True),
+            # kto also runs its KL batch through the policy (concatenated_forward, adapter on) and the reference;
+            # without an adapter the two forwards are the same count
+            policy = (
+                step_flops(launch.model, sequences, length, compute, forward_only=True, adapter_off=False)
+                if hasattr(launch.model, "disable_adapter")
+                else reference
             )
-        launch.run.forecast["step_flops"] = step
+            forwards += [("kl", policy), ("kl", reference)]
+        launch.run.forecast["forwards"] = tuple(forwards)
     except Exception as exc:  # the rest of the forecast stands; the reason is said
         launch.run.forecast["step_flops_error"] = f"{type(exc).__name__}: {exc}"[:300]
 
@@ -108,7 +110,6 @@ class StepFlops:
     # (sdpa_flop_count, flex attention's) grow with the square of the length, everything else with the tokens
     attention: int = 0
     recompute_attention: int = 0  # of the recompute, the attention kernels'
-    reference: int = 0  # dpo's reference model: a forward of the same batch without gradients
 
     def without_recompute(self) -> StepFlops:
         """The step with gradient checkpointing's recompute taken out."""
@@ -117,7 +118,7 @@ class StepFlops:
 
     @property
     def total(self) -> int:
-        return self.forward + self.backward + self.recompute + self.reference
+        return self.forward + self.backward + self.recompute
 
     def of(self, tokens: float, squares: float) -> float:
         """The FLOPs of micro-batches of ``tokens`` tokens in all (sequences x padded length) whose sequences'
@@ -136,7 +137,6 @@ class StepFlops:
             "forward": self.forward,
             "backward": self.backward,
             "recompute": self.recompute,
-            "reference": self.reference,
             "total": self.total,
             "attention": self.attention,
             "shape": [self.sequences, self.length],

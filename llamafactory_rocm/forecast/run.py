@@ -32,6 +32,7 @@ class Forecast:
     cost: tuple[float, float] | None = None  # USD, (low, high)
     notes: list[str] = field(default_factory=list)
     found_step: Any = None  # the FLOPs hook's StepFlops (flops.py), kept for the measured rate
+    forward_only_flops: float = 0.0  # of run_flops, the forwards without gradients (a reference model's)
     measured: dict[str, Any] | None = None  # check --measure N (measure.py measured_forecast)
     carried: dict[str, Any] | None = None  # check --rate-from FILE (measure.py carried_forecast)
     cards: list[dict[str, Any]] | None = None  # --cards: each catalogue card's row (cards.py card_rows)
@@ -178,25 +179,29 @@ def forecast_of(
     result.found_step = step
     if step is not None and tokens is not None:
         # counted at batch x cutoff_len: the attention kernels' part at each batch's padded length squared,
-        # the rest per token (docs/forecast.md)
-        result.run_flops = step.of(tokens.total, tokens.squares)
-        if data_stage == "kto":  # the KL batch by the policy, both batches by the reference: forward only
-            policy, reference = found.get("kto_forwards") or (None, None)
-            if policy is None or kl_tokens is None:
-                result.run_flops = None
-                notes.append("FLOPs not counted: kto's KL rows or forward counts were not found")
-            else:
-                result.run_flops += policy.of(kl_tokens.total, kl_tokens.squares) + reference.of(
-                    tokens.total + kl_tokens.total, tokens.squares + kl_tokens.squares
-                )
-                notes.append(
-                    f"kto's KL rows: {kl_tokens.total:,} tokens with padding, forward only (the trainer's "
-                    "num_input_tokens_seen counts the target rows alone)"
-                )
+        # the rest per token (docs/forecast.md); the step, then the forwards without gradients (dpo's and kto's
+        # reference, kto's KL batch), each on its own batches
+        batches = {"target": tokens, "kl": kl_tokens}
+        forwards = found.get("forwards", ())
+        if any(batches[batch] is None for batch, _ in forwards):
+            notes.append("FLOPs not counted: kto's KL rows were not read")
+        else:
+            result.forward_only_flops = sum(f.of(batches[b].total, batches[b].squares) for b, f in forwards)
+            result.run_flops = step.of(tokens.total, tokens.squares) + result.forward_only_flops
+        if kl_tokens is not None:
+            notes.append(
+                f"kto's KL rows: {kl_tokens.total:,} tokens with padding, forward only (the trainer's "
+                "num_input_tokens_seen counts the target rows alone)"
+            )
         result.flops_note = (
             f"FlopCounterMode on the built model, forward {step.forward:,} + backward {step.backward:,} + "
             f"recompute {step.recompute:,} FLOPs for {step.sequences} x {step.length} tokens (attention "
             f"{step.attention:,}), scaled to the run's tokens and, attention, to its batches' padded lengths"
+            + (
+                f"; plus {len(forwards)} forward(s) without gradients a step, {result.forward_only_flops:.3g}"
+                if forwards
+                else ""
+            )
         )
     elif "step_flops_error" in found:
         notes.append(f"FLOPs not counted: {found['step_flops_error']}")
