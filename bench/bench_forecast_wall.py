@@ -7,10 +7,11 @@ For each config of the tiny model (batch, cutoff length, epochs or max_steps, ac
 loop: no import, model load or data processing, which the forecast does not include either).
 
 Cross-config: what `--measure` fitted on the first config (forecast/measure.py: a step = overhead + FLOPs /
-rate, the rate from two shapes of one batch, the overhead per step and per micro-batch) forecasts the others
+rate + attention FLOPs / attention rate, the rates from three shapes of one batch, the overhead per step and
+per micro-batch) forecasts the others
 (another batch, another length, another stage: pt) through `check CFG --rate-from FILE` (forecast/measure.py
 ``carried_forecast``; FILE holds the first config's fit, its warm-up left out): steps x (overhead a step less
-its micro-batches' part) + micro-batches x overhead a micro-batch + run FLOPs / rate, against their
+its micro-batches' part) + micro-batches x overhead a micro-batch + run FLOPs at the two rates, against their
 ``train_runtime``. The single achieved rate of before (run FLOPs / the first
 config's FLOPs a second over its timed steps) is printed beside it. DPO is not among them (the bundled data
 has no preference rows).
@@ -40,7 +41,7 @@ from pathlib import Path
 import yaml
 from _util import machine, median, tiny_model
 
-from llamafactory_rocm.forecast.measure import CARRIED
+from llamafactory_rocm.forecast.measure import CARRIED, FITTED
 from llamafactory_rocm.resources import datasets_dir
 
 # name -> overrides of the base config (tiny LoRA SFT on the bundled 300 QA rows)
@@ -141,14 +142,16 @@ def main() -> None:
         fitted = [fit for fit in fits if "marginal_flops_per_s" in fit]
         if not fitted:
             raise SystemExit(f"no fit on {chosen[0]}: {[fit.get('model_why') for fit in fits]}")
-        carried = {key: median([fit[key] for fit in fitted]) for key in (*CARRIED, "achieved_flops_per_s")}
+        keys = (*CARRIED, "attention_flops_per_s", "achieved_flops_per_s")
+        carried = {key: median([fit[key] for fit in fitted]) for key in keys}
         carried.update(made=True, device=fitted[0]["device"], date=fitted[0]["date"], warmup_seconds=0.0)
         rate_file = work / "rate.json"  # what `check --rate-from` reads: the fit, the warm-up left out as before
         rate_file.write_text(json.dumps({"forecast": {"measured": carried}}))
         print(
             f"\ncross-config, fitted on {chosen[0]} (median of {len(fitted)} of {len(fits)}): "
-            f"rate {carried['marginal_flops_per_s']:.3g} "
-            f"FLOP/s, overhead {carried['overhead_seconds_per_step']:.3g} s a step of accumulation "
+            f"rate {carried['marginal_flops_per_s']:.3g} FLOP/s, attention's {carried['attention_flops_per_s']:.3g} "
+            f"FLOP/s ({sum(fit['model'] == FITTED for fit in fitted)} of {len(fitted)} told apart), "
+            f"overhead {carried['overhead_seconds_per_step']:.3g} s a step of accumulation "
             f"{carried['accumulation']:g}, {carried['overhead_seconds_per_micro_batch']:.3g} s of it a micro-batch; "
             f"single achieved rate {carried['achieved_flops_per_s']:.3g} FLOP/s"
         )

@@ -1,9 +1,9 @@
 """``check --measure N``'s mechanics (forecast/measure.py): it runs LLaMA-Factory's trainer for N steps on this
-machine in a throwaway folder, times the N-1 after the first and two shapes of one batch, and forecasts the run
-as steps x overhead + FLOPs / rate + the saves, evaluations and epoch starts the run will make. The oracle of
-what it counts is a stock run of the same config (hook off): its global_step, its checkpoints. Whether the
-forecast is close to a real run's wall time is bench/bench_forecast_wall.py's question (speed targets live in
-bench/)."""
+machine in a throwaway folder, times the N-1 after the first and three shapes of one batch, and forecasts the
+run as steps x overhead + FLOPs / rate + attention FLOPs / attention rate + the saves, evaluations and epoch
+starts the run will make. The oracle of what it counts is a stock run of the same config (hook off): its
+global_step, its checkpoints. Whether the forecast is close to a real run's wall time is
+bench/bench_forecast_wall.py's question (speed targets live in bench/)."""
 
 from __future__ import annotations
 
@@ -50,9 +50,10 @@ def test_measure_runs_the_trainer_and_counts_the_stock_runs_steps_and_saves(tiny
     assert measured["run_steps"] == forecast["work"]["steps"] == state["global_step"] == 7
     assert measured["run_saves"] == len(list(stock_dir.glob("checkpoint-*"))) == 3
     assert measured["run_evaluations"] == 0
-    # the two shapes are one real batch of the run at all its rows and at its first row
-    tokens = sorted({k for k, _ in measured["shapes"]})
-    assert len(tokens) == 2 and tokens[1] == stock["per_device_train_batch_size"] * tokens[0] <= 4 * 128
+    # the shapes are one real batch of the run at all its rows, at its first row, and its rows end to end
+    shapes = {(kind, rows, length) for kind, rows, length, _ in measured["shapes"]}
+    length = next(length for kind, _, length in shapes if kind == "batch")
+    assert shapes == {("batch", 4, length), ("row", 1, length), ("end to end", 1, 4 * length)} and length <= 128
 
     assert measured["steps_run"] == 3 and measured["timed_steps"] == 2 == len(measured["step_seconds"])
     assert 0 < measured["timed_tokens"] <= 2 * 4 * 128 and measured["achieved_flops_per_s"] > 0
@@ -63,7 +64,7 @@ def test_measure_runs_the_trainer_and_counts_the_stock_runs_steps_and_saves(tiny
     low, high = measured["run_seconds_band"]
     assert low <= measured["run_seconds"] <= high
     assert any(text.startswith("3 save(s) x ") for text, _ in parts), parts
-    if measured["model"] == "overhead + FLOPs / rate":
+    if measured["model"] != "seconds a step":
         assert parts[0][0].startswith("7 steps x ") and "FLOP/s" in parts[1][0]
     else:  # the two shapes' times came out reversed (a loaded machine): seconds a step, and why
         assert measured["model_why"] and parts[0][0].startswith("7 steps x ")
@@ -88,7 +89,7 @@ def _the_measure_carries_to_other_runs(said: str, config: Path, run: dict, measu
     rate_file = tmp_path / "rate.json"
     rate_file.write_text(said)
     print(f"MEASURED model: {measured['model']}")
-    if measured["model"] != "overhead + FLOPs / rate":  # no rate to carry: one line, exit 2
+    if measured["model"] == "seconds a step":  # no rate to carry: one line, exit 2
         code, _, err = _checked(["check", str(config), "--rate-from", str(rate_file)])
         assert code == 2 and "not a FLOP rate" in err, err
         return
@@ -108,7 +109,12 @@ def _the_measure_carries_to_other_runs(said: str, config: Path, run: dict, measu
     micro = measured["overhead_seconds_per_micro_batch"]
     per_update = measured["overhead_seconds_per_step"] - measured["accumulation"] * micro
     assert steps_s == pytest.approx(7 * per_update + 7 * 3 * micro)  # 7 steps (max_steps), 21 micro-batches
-    assert flops_s == pytest.approx(forecast["run_flops"] / measured["marginal_flops_per_s"])
+    attention = forecast["run_attention_flops"]
+    assert 0 < attention < forecast["run_flops"]
+    assert flops_s == pytest.approx(
+        (forecast["run_flops"] - attention) / measured["marginal_flops_per_s"]
+        + attention / measured["attention_flops_per_s"]
+    )
     code, out, err = _checked(["check", str(tmp_path / "other.yaml"), "--rate-from", str(rate_file)])
     assert f"time there ({measured['device']}, measured {measured['date']} by the check --measure in " in out
 
@@ -155,3 +161,40 @@ def test_measure_is_of_this_machine_not_a_planned_card(capsys: pytest.CaptureFix
     assert main(["check", "x.yaml", "--measure", "3", "--gpu", "mi300x"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "drop --gpu" in err
+
+
+def _step():
+    """The tiny Llama's counted step (4 x 128, its attention apart): the FLOPs each shape has."""
+    from llamafactory_rocm.forecast.flops import StepFlops
+
+    return StepFlops(forward=183_240_704, backward=269_221_888, recompute=153_092_096, sequences=4, length=128,
+                     attention=150_994_944)  # fmt: skip
+
+
+def _passes(step, rate: float, attention_rate: float, overhead: float, kinds=("batch", "row", "end to end")):
+    """Two passes of each shape whose times are overhead + FLOPs / rate + attention FLOPs / attention rate, one
+    of them 1 ms slower (the spread noise makes)."""
+    shapes = {"batch": (4, 128), "row": (1, 128), "end to end": (1, 512)}
+    passes = []
+    for kind in kinds:
+        rows, length = shapes[kind]
+        flops, attention = step.parts(rows * length, rows * length * length)
+        seconds = overhead + flops / rate + attention / attention_rate
+        passes += [(kind, rows, length, seconds), (kind, rows, length, seconds + 0.001)]
+    return passes
+
+
+def test_the_three_shapes_give_back_the_rates_that_made_their_times():
+    from llamafactory_rocm.forecast.measure import fitted_rates
+
+    step = _step()
+    rates = fitted_rates(_passes(step, 3e10, 8e10, 0.008), step)
+    assert rates.apart
+    assert rates.flops_per_s == pytest.approx(3e10, rel=0.02)
+    assert rates.attention_flops_per_s == pytest.approx(8e10, rel=0.02)
+    assert rates.pass_seconds == pytest.approx(0.0085, rel=0.02)  # the median of 0.008 and 0.009
+    # without the end-to-end row: one rate, the slope from the row to the batch, between the two
+    one = fitted_rates(_passes(step, 3e10, 8e10, 0.008, kinds=("batch", "row")), step)
+    assert not one.apart and one.flops_per_s == one.attention_flops_per_s and 3e10 < one.flops_per_s < 8e10
+    # times within the noise of one shape's own passes give no rate
+    assert fitted_rates(_passes(step, 3e14, 8e14, 0.008), step) is None

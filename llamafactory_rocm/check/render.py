@@ -170,8 +170,10 @@ def measured_lines(measured: Mapping[str, Any]) -> list[str]:
         f"  uncertain: {_seconds(low)} to {_seconds(high)} at the fastest and the slowest timed step{loaded}; a run "
         "that meets another load on this machine takes longer or shorter"
     )
-    if measured.get("model_why"):  # no overhead told apart: seconds a step carried as they are
+    if measured.get("model_why") and measured.get("model") == "seconds a step":  # carried as they are
         lines.append(f"  overhead not told apart from the FLOPs: {measured['model_why']}")
+    elif measured.get("model_why"):  # one rate for all FLOPs
+        lines.append(f"  attention's rate not told apart: {measured['model_why']}")
     if measured.get("achieved_flops_per_s"):
         lines.append(
             f"  achieved rate: {measured['achieved_flops_per_s']:.3g} FLOP/s measured on this machine, "

@@ -124,9 +124,13 @@ class StepFlops:
         """The FLOPs of micro-batches of ``tokens`` tokens in all (sequences x padded length) whose sequences'
         padded lengths squared sum to ``squares``: the count at ``sequences x length`` taken apart into its part
         per token and its attention's part per squared length."""
+        return sum(self.parts(tokens, squares))
+
+    def parts(self, tokens: float, squares: float) -> tuple[float, float]:
+        """``of``'s two parts: (the FLOPs that grow with the tokens, the attention kernels' FLOPs)."""
         per_token = (self.total - self.attention) / (self.sequences * self.length)
         per_square = self.attention / (self.sequences * self.length * self.length)
-        return per_token * tokens + per_square * squares
+        return per_token * tokens, per_square * squares
 
     def per_token(self, length: int) -> float:
         """FLOPs per token of sequences ``length`` long."""

@@ -11,17 +11,23 @@ and end; each log, evaluation and save). The first step is not timed: it holds t
 kernels, the dataloader's first batch); the steps after it give seconds a step (their median: one step slowed
 by another process on a shared machine moves it little).
 
-A step's time is taken as a fixed part plus a part that grows with its FLOPs: ``overhead + FLOPs / rate``. On
-a small model the fixed part (Python, kernel launches, the optimizer's update, the data loader) is most of a
-step and one FLOP rate would not carry to another batch or length; so after the trainer's steps the child
-times forward + backward passes of one real batch of the run at two shapes (all its rows, and its first row),
-which gives the rate as the slope and leaves the overhead as what the trainer's steps took beyond it.
+A step's time is taken as a fixed part plus parts that grow with its FLOPs: ``overhead + FLOPs / rate +
+attention FLOPs / attention rate``. On a small model the fixed part (Python, kernel launches, the optimizer's
+update, the data loader) is most of a step and one FLOP rate would not carry to another batch; and the
+attention kernels' FLOPs (which grow with the square of the length) run at a rate of their own, so one rate
+would not carry to another length either (bench/bench_forecast_wall.py: one rate fitted at cutoff 128 put a
+cutoff-1024 run 46% long). So after the trainer's steps the child times forward + backward passes of one real
+batch of the run at three shapes: all its rows, its first row, and its first rows (up to 4) end to end as one
+row (the same kind of tokens, more attention a token). The three give the two rates and the overhead a
+forward + backward (``fitted_rates``), and the overhead a step is what the trainer's steps took beyond them.
 
-The run's time = steps x overhead + the run's FLOPs / rate (the check's forecast: lf/work.py's steps,
-tokens.py's padded tokens) + the first step's warm-up + each save, evaluation and later epoch start the run
-will make (counted by transformers' own ``DefaultFlowCallback`` over the run's steps, each costed as the
-measuring run's own took). Where the two shapes give no slope (one row a batch, a stage whose batch is not a
-causal-LM batch, timings that noise reverses) the run's time is steps x seconds a step, and the block says so.
+The run's time = steps x overhead + the run's FLOPs at their rates (the check's forecast: lf/work.py's steps,
+tokens.py's padded tokens and squared lengths) + the first step's warm-up + each save, evaluation and later
+epoch start the run will make (counted by transformers' own ``DefaultFlowCallback`` over the run's steps, each
+costed as the measuring run's own took). Where the end-to-end row could not run or noise hides attention's
+share, one rate stands for all FLOPs, and the block says so; where the shapes give no slope at all (one row a
+batch, a stage whose batch is not a causal-LM batch, timings that noise reverses) the run's time is steps x
+seconds a step, and the block says so.
 """
 
 from __future__ import annotations
@@ -68,8 +74,9 @@ class StepTimes:
     device: str
     # every event as (name, perf_counter): begin, epoch_begin, step_begin, step_end, log, evaluate, save, ...
     events: tuple[tuple[str, float], ...] = ()
-    # forward + backward of one batch of the run: (tokens, seconds) at all its rows and at its first row
-    shapes: tuple[tuple[int, float], ...] = ()
+    # forward + backward of one batch of the run: (kind, rows, length, seconds) of each timed pass, kind
+    # "batch" (all its rows), "row" (its first row), "end to end" (its first rows as one row: _shapes)
+    shapes: tuple[tuple[str, int, int, float], ...] = ()
     shapes_why: str | None = None  # why no shapes were timed
     # what transformers' DefaultFlowCallback makes the real run do over its steps: saves, evaluations
     run_events: Mapping[str, int] = field(default_factory=dict)
@@ -161,7 +168,7 @@ def run_steps(
             tuple(clock["tokens_seen"]),
             clock["device"],
             events=tuple((n, t) for n, t in clock["events"]),
-            shapes=tuple((int(k), float(s)) for k, s in clock["shapes"]),
+            shapes=tuple((str(kind), int(rows), int(length), float(s)) for kind, rows, length, s in clock["shapes"]),
             shapes_why=clock["shapes_why"],
             run_events=clock["run_events"],
             cpu_share=clock["cpu_share"],
@@ -170,20 +177,59 @@ def run_steps(
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def fitted_rate(shapes: Sequence[tuple[int, float]], flops_per_token: float) -> float | None:
-    """FLOP/s as the slope between the two shapes' forward + backward: (FLOPs of all rows - of one row) / (the
-    difference in their times); None where there is no second shape or the difference is within the spread of
-    one shape's own passes (noise: a difference near 0 would make any rate)."""
-    by_tokens: dict[int, list[float]] = {}
-    for tokens, seconds in shapes:
-        by_tokens.setdefault(tokens, []).append(seconds)
-    if len(by_tokens) != 2:
+@dataclass(frozen=True)
+class Rates:
+    """What the shapes' forward + backward passes give (``fitted_rates``)."""
+
+    flops_per_s: float  # of the FLOPs that grow with the tokens
+    attention_flops_per_s: float  # of the attention kernels' FLOPs (flops_per_s where not told apart)
+    pass_seconds: float  # a forward + backward's time beyond its FLOPs: the overhead a micro-batch
+    apart: bool  # attention's rate was told apart by the end-to-end shape
+
+    def seconds(self, flops: float, attention: float) -> float:
+        """The time of ``flops`` FLOPs of which ``attention`` are the attention kernels'."""
+        return (flops - attention) / self.flops_per_s + attention / self.attention_flops_per_s
+
+
+def fitted_rates(shapes: Sequence[tuple[str, int, int, float]], step: Any) -> Rates | None:
+    """The rates and the overhead a pass from the shapes' forward + backward (their median time each; ``step``:
+    flops.py StepFlops, whose parts give each shape's FLOPs at its rows and length). With the end-to-end shape,
+    time = overhead + FLOPs / rate + attention FLOPs / attention rate solved on the three; else (or where that
+    gives a rate at or below 0, or the end-to-end row's time is within the noise of the row's) one rate, the
+    slope from the first row to all rows. None where there is no slope: no second shape, or all rows' time
+    within the spread of one shape's own passes (noise: a difference near 0 would make any rate)."""
+    by_kind: dict[str, tuple[int, int, list[float]]] = {}
+    for kind, rows, length, seconds in shapes:
+        by_kind.setdefault(kind, (rows, length, []))[2].append(seconds)
+    if "batch" not in by_kind or "row" not in by_kind:
         return None
-    (few, t_few), (many, t_many) = sorted((k, statistics.median(v)) for k, v in by_tokens.items())
-    spread = max(max(v) - min(v) for v in by_tokens.values())
-    if t_many - t_few <= spread:
+    spread = max(max(v) - min(v) for _, _, v in by_kind.values())
+    timed = {}
+    for kind, (rows, length, seconds) in by_kind.items():
+        linear, attention = step.parts(rows * length, rows * length * length)
+        timed[kind] = (linear, attention, statistics.median(seconds))
+    (a_row, b_row, t_row), (a_all, b_all, t_all) = timed["row"], timed["batch"]
+    if t_all - t_row <= spread:
         return None
-    return flops_per_token * (many - few) / (t_many - t_few)
+    if "end to end" in timed:
+        a_end, b_end, t_end = timed["end to end"]
+        # (t - t_row) = (a - a_row) / rate + (b - b_row) / attention rate, for the batch and the end-to-end row
+        da1, db1, dt1, da2, db2, dt2 = (
+            a_all - a_row,
+            b_all - b_row,
+            t_all - t_row,
+            a_end - a_row,
+            b_end - b_row,
+            t_end - t_row,
+        )
+        det = da1 * db2 - da2 * db1
+        if det and dt2 > spread:
+            per_flop, per_attention = (dt1 * db2 - dt2 * db1) / det, (da1 * dt2 - da2 * dt1) / det
+            if per_flop > 0 and per_attention > 0:
+                overhead = t_row - a_row * per_flop - b_row * per_attention
+                return Rates(1 / per_flop, 1 / per_attention, max(overhead, 0.0), apart=True)
+    rate = ((a_all + b_all) - (a_row + b_row)) / (t_all - t_row)
+    return Rates(rate, rate, max(t_row - (a_row + b_row) / rate, 0.0), apart=False)
 
 
 def measured_forecast(forecast: Any, times: StepTimes, steps_asked: int) -> dict[str, Any]:
@@ -211,46 +257,52 @@ def measured_forecast(forecast: Any, times: StepTimes, steps_asked: int) -> dict
         "achieved_flops_per_s": None,
         "cpu_share": times.cpu_share,
     }
-    flops_per_token, rate = None, None
+    per_token: tuple[float, float] | None = None  # the run's (FLOPs, attention FLOPs) a token
+    rates = None
     timed_tokens = sum(times.timed_tokens)
     step = forecast.found_step
     if timed_tokens > 0:
         result["timed_tokens"] = timed_tokens
         if step is not None:
             # the timed steps are random batches of the run: the run's own FLOPs per token (attention at its
-            # batches' lengths, run.py); the two shapes are one batch at its one padded length
+            # batches' lengths, run.py); the shapes are one batch at its one padded length
             tokens = forecast.tokens
-            run_average = forecast.run_flops / tokens.total if forecast.run_flops and tokens and tokens.total else None
-            flops_per_token = run_average or step.per_token(step.length)
-            result["flops_per_token"] = flops_per_token
-            result["achieved_flops_per_s"] = flops_per_token * timed_tokens / sum(timed)
-            shape_length = min((k for k, _ in times.shapes), default=0)  # the one-row shape's numel: its length
-            shape_flops_per_token = step.per_token(shape_length) if shape_length else flops_per_token
-            rate = fitted_rate(times.shapes, shape_flops_per_token)
-    result["shapes"] = [[k, round(s, 4)] for k, s in times.shapes]
+            if forecast.run_flops and tokens and tokens.total:
+                per_token = (forecast.run_flops / tokens.total, forecast.run_attention_flops / tokens.total)
+            else:
+                per_token = (step.per_token(step.length), step.parts(step.length, step.length**2)[1] / step.length)
+            result["flops_per_token"] = per_token[0]
+            result["achieved_flops_per_s"] = per_token[0] * timed_tokens / sum(timed)
+            rates = fitted_rates(times.shapes, step)
+    result["shapes"] = [[kind, rows, length, round(s, 4)] for kind, rows, length, s in times.shapes]
     parts: list[tuple[str, float]] = []
-    if rate is not None and forecast.run_flops is not None and flops_per_token is not None:
-        # each timed step's time less its FLOPs' share at the fitted rate: what a step costs whatever its size
+    if rates is not None and forecast.run_flops is not None and per_token is not None:
+        # each timed step's time less its FLOPs' share at the fitted rates: what a step costs whatever its size
         overhead = statistics.median(
-            t - flops_per_token * k / rate for t, k in zip(timed, times.timed_tokens, strict=True)
+            t - rates.seconds(per_token[0] * k, per_token[1] * k)
+            for t, k in zip(timed, times.timed_tokens, strict=True)
         )
         overhead = max(overhead, 0.0)
-        # forward + backward of one micro-batch less its FLOPs' share: the per-micro-batch part of the overhead
-        few = min(k for k, _ in times.shapes)
-        micro = statistics.median(s - shape_flops_per_token * k / rate for k, s in times.shapes if k == few)
         result.update(
-            marginal_flops_per_s=rate,
+            marginal_flops_per_s=rates.flops_per_s,
+            attention_flops_per_s=rates.attention_flops_per_s,
             overhead_seconds_per_step=overhead,
-            overhead_seconds_per_micro_batch=min(max(micro, 0.0), overhead / forecast.work.accumulation),
+            # the per-micro-batch part of the overhead: a forward + backward's time beyond its FLOPs
+            overhead_seconds_per_micro_batch=min(rates.pass_seconds, overhead / forecast.work.accumulation),
             accumulation=forecast.work.accumulation,
-            model="overhead + FLOPs / rate",
+            model=FITTED if rates.apart else ONE_RATE,
         )
+        if not rates.apart:
+            result["model_why"] = (
+                times.shapes_why
+                or "the end-to-end row's time did not tell attention's rate apart (noise): one rate for all FLOPs"
+            )
         parts.append((f"{steps:,} steps x {overhead:.3g} s overhead", steps * overhead))
-        parts.append((f"{forecast.run_flops:.3g} FLOPs / {rate:.3g} FLOP/s", forecast.run_flops / rate))
+        parts.append(_flops_part(forecast, rates))
     else:
         if times.shapes_why:
             why = times.shapes_why
-        elif flops_per_token is None or forecast.run_flops is None:
+        elif per_token is None or forecast.run_flops is None:
             why = "no FLOPs counted for the run or its timed steps (the forecast's notes say why)"
         else:
             why = "the two shapes' times differ less than one shape's passes spread (noise: another process ran)"
@@ -273,13 +325,29 @@ def measured_forecast(forecast: Any, times: StepTimes, steps_asked: int) -> dict
     result["run_seconds_parts"] = [[text, seconds] for text, seconds in parts]
     # how uncertain: the steps' part at the fastest and the slowest timed step instead of their median (on a
     # shared machine the load a run meets moves it more than the model's error)
-    steps_part = parts[0][1] + (parts[1][1] if result["model"] == "overhead + FLOPs / rate" else 0.0)
+    steps_part = parts[0][1] + (parts[1][1] if result["model"] != "seconds a step" else 0.0)
     rest = result["run_seconds"] - steps_part
     result["run_seconds_band"] = [rest + steps_part * min(timed) / per_step, rest + steps_part * max(timed) / per_step]
     return result
 
 
-# what a measured fit (``measured_forecast``'s block with model "overhead + FLOPs / rate") carries to another run
+def _flops_part(forecast: Any, rates: Rates) -> tuple[str, float]:
+    """The run's FLOPs at the fitted rates, said."""
+    flops, attention = forecast.run_flops, forecast.run_attention_flops
+    if not rates.apart:
+        return f"{flops:.3g} FLOPs / {rates.flops_per_s:.3g} FLOP/s", rates.seconds(flops, attention)
+    return (
+        f"{flops - attention:.3g} FLOPs / {rates.flops_per_s:.3g} FLOP/s + {attention:.3g} attention FLOPs / "
+        f"{rates.attention_flops_per_s:.3g} FLOP/s",
+        rates.seconds(flops, attention),
+    )
+
+
+# the measured block's models: the FLOPs at two rates, at one, or no rate (seconds a step)
+FITTED = "overhead + FLOPs / rate + attention FLOPs / attention rate"
+ONE_RATE = "overhead + FLOPs / rate"
+# what a measured fit (``measured_forecast``'s block with a rate) carries to another run; a file without
+# attention_flops_per_s (written before it was timed apart) carries its one rate for all FLOPs
 CARRIED = ("marginal_flops_per_s", "overhead_seconds_per_step", "overhead_seconds_per_micro_batch", "accumulation")
 
 
@@ -309,10 +377,12 @@ def carried_forecast(forecast: Any, fit: Mapping[str, Any], source: str) -> dict
     per_update = max(float(fit["overhead_seconds_per_step"]) - float(fit["accumulation"]) * micro, 0.0)
     micro_batches = work.steps * work.accumulation
     rate, warmup = float(fit["marginal_flops_per_s"]), float(fit.get("warmup_seconds") or 0.0)
+    attention_rate = fit.get("attention_flops_per_s")
+    rates = Rates(rate, float(attention_rate or rate), micro, apart=bool(attention_rate) and attention_rate != rate)
     parts = [
         (f"{work.steps:,} steps x {per_update:.3g} s + {micro_batches:,} micro-batches x {micro:.3g} s overhead",
          work.steps * per_update + micro_batches * micro),
-        (f"{forecast.run_flops:.3g} FLOPs / {rate:.3g} FLOP/s", forecast.run_flops / rate),
+        _flops_part(forecast, rates),
         (f"{warmup:.2g} s first-step warm-up", warmup),
     ]  # fmt: skip
     return {
@@ -381,19 +451,30 @@ def run_events(args: Any, steps: int, epochs: int) -> dict[str, int]:
     return counts
 
 
-def _shapes(model: Any, dataloader: Any) -> tuple[list[tuple[int, float]], str | None]:
-    """Forward + backward of one batch of the run at all its rows and at its first row, alternated, each
-    ``_SHAPE_PASSES`` times after one untimed pass of the one-row shape; (tokens, seconds) of each timed pass.
-    The weights are not updated (the gradients are dropped after each pass)."""
+# rows of the batch put end to end as the third shape (its length: this many times the batch's)
+_END_TO_END_ROWS = 4
+
+
+def _shapes(model: Any, dataloader: Any) -> tuple[list[tuple[str, int, int, float]], str | None]:
+    """Forward + backward of one batch of the run at all its rows ("batch"), at its first row ("row") and at its
+    first rows (up to ``_END_TO_END_ROWS``) end to end as one row ("end to end"), alternated, each
+    ``_SHAPE_PASSES`` times after one untimed pass of each smaller shape; (kind, rows, length, seconds) of each
+    timed pass, and why a shape was not timed. The weights are not updated (the gradients are dropped after
+    each pass). The end-to-end row is left out where it cannot run (a tensor of the batch that is not one per
+    token, a length the model's positions do not reach, memory) and the fit then takes one rate."""
     import torch
 
     batch = next(iter(dataloader), None)
     if not isinstance(batch, Mapping) or "labels" not in batch or "input_ids" not in batch:
         return [], "the stage's batch is not a causal-LM batch (input_ids, labels): no second shape timed"
-    rows = int(batch["input_ids"].shape[0])
+    rows, length = (int(n) for n in batch["input_ids"].shape)
     if rows < 2:
         return [], "one row a batch: no smaller shape to time"
     one = {k: v[:1] if isinstance(v, torch.Tensor) and v.shape[:1] == (rows,) else v for k, v in batch.items()}
+    joined = min(rows, _END_TO_END_ROWS)
+    per_token = all(isinstance(v, torch.Tensor) and tuple(v.shape) == (rows, length) for v in batch.values())
+    end_to_end = {k: v[:joined].reshape(1, joined * length) for k, v in batch.items()} if per_token else None
+    why = None if per_token else "a tensor of the batch is not one per token: no end-to-end row timed, one rate"
     sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
 
     def timed_pass(inputs: Mapping[str, Any]) -> float:
@@ -406,12 +487,20 @@ def _shapes(model: Any, dataloader: Any) -> tuple[list[tuple[int, float]], str |
         return seconds
 
     model.train()
-    timed_pass(one)  # the one-row shape's first pass: its kernels and buffers
+    timed_pass(one)  # the smaller shapes' first passes: their kernels and buffers
+    shapes = [("batch", batch, rows, length), ("row", one, 1, length)]
+    if end_to_end is not None:
+        try:
+            timed_pass(end_to_end)
+            shapes.append(("end to end", end_to_end, 1, joined * length))
+        except Exception as exc:  # the two other shapes still give one rate
+            model.zero_grad(set_to_none=True)
+            why = f"the end-to-end row ({joined * length} tokens) could not run: {type(exc).__name__}, one rate"
     passes = []
     for _ in range(_SHAPE_PASSES):
-        for inputs in (batch, one):
-            passes.append((int(inputs["input_ids"].numel()), timed_pass(inputs)))
-    return passes, None
+        for kind, inputs, n_rows, n_length in shapes:
+            passes.append((kind, n_rows, n_length, timed_pass(inputs)))
+    return passes, why
 
 
 def _child(config_file: str, clock_file: str) -> None:

@@ -33,6 +33,7 @@ class Forecast:
     notes: list[str] = field(default_factory=list)
     found_step: Any = None  # the FLOPs hook's StepFlops (flops.py), kept for the measured rate
     forward_only_flops: float = 0.0  # of run_flops, the forwards without gradients (a reference model's)
+    run_attention_flops: float = 0.0  # of run_flops, the attention kernels' (measure.py times them apart)
     measured: dict[str, Any] | None = None  # check --measure N (measure.py measured_forecast)
     carried: dict[str, Any] | None = None  # check --rate-from FILE (measure.py carried_forecast)
     cards: list[dict[str, Any]] | None = None  # --cards: each catalogue card's row (cards.py card_rows)
@@ -46,6 +47,7 @@ class Forecast:
             "card": None if self.card is None else self.card.__dict__,
             "gpus": self.gpus,
             "run_flops": self.run_flops,
+            "run_attention_flops": self.run_attention_flops,
             "flops_note": self.flops_note,
             "hours": self.hours,
             "hours_at_peak": self.hours_at_peak,
@@ -186,8 +188,11 @@ def forecast_of(
         if any(batches[batch] is None for batch, _ in forwards):
             notes.append("FLOPs not counted: kto's KL rows were not read")
         else:
-            result.forward_only_flops = sum(f.of(batches[b].total, batches[b].squares) for b, f in forwards)
-            result.run_flops = step.of(tokens.total, tokens.squares) + result.forward_only_flops
+            counted = [(step, tokens)] + [(f, batches[b]) for b, f in forwards]
+            parts = [flops.parts(on.total, on.squares) for flops, on in counted]
+            result.forward_only_flops = sum(sum(part) for part in parts[1:])
+            result.run_attention_flops = sum(attention for _, attention in parts)
+            result.run_flops = sum(sum(part) for part in parts)
         if kl_tokens is not None:
             notes.append(
                 f"kto's KL rows: {kl_tokens.total:,} tokens with padding, forward only (the trainer's "
