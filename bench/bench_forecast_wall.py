@@ -17,11 +17,13 @@ config's FLOPs a second over its timed steps) is printed beside it. DPO is not a
 has no preference rows).
 
     OMP_NUM_THREADS=1 python bench/bench_forecast_wall.py [--repeats 2] [--measure 5] [--only base,long]
+        [--same-only | --cross-only]
 
 With ``--repeats R`` each config's measure and real run alternate R times; a config's ratio is the median of
-its R, and the cross-config figures are the medians of the first config's R. The real runs of the configs
-both parts share are run once per repeat and used by both. ``cpu`` is the measuring run's process CPU seconds
-over the wall seconds of its timed steps: below 1 (one thread), other processes had the rest of the core.
+its R. Cross-config, each of the R repeats measures the first config afresh and runs the others' stock
+runs right after it (``cross_config``); a config's ratio is the median of its R. ``cpu`` is the measuring
+run's process CPU seconds over the wall seconds of its timed steps: below 1 (one thread), other processes had
+the rest of the core.
 
 Targets (issue 39): within 10% on the same config, 15% across configs.
 """
@@ -103,6 +105,7 @@ def main() -> None:
     cli.add_argument("--measure", type=int, default=5, help="steps --measure runs (default 5)")
     cli.add_argument("--repeats", type=int, default=1, help="measure + real runs of each config (default 1)")
     cli.add_argument("--same-only", action="store_true", help="skip the cross-config part")
+    cli.add_argument("--cross-only", action="store_true", help="skip the same-config part")
     args = cli.parse_args()
     chosen = args.only.split(",") if args.only else list(CONFIGS)
     work = Path(tempfile.mkdtemp(prefix="lfr-bench-wall-"))
@@ -112,68 +115,86 @@ def main() -> None:
     try:
         model = tiny_model(work / "tiny")
         print(f"machine: {machine()}, OMP_NUM_THREADS={env['OMP_NUM_THREADS']}; {datetime.date.today()}")
-        head = f"{'config':18} {'steps':>5} {'s/step':>7} {'forecast s':>10} {'real s':>7} {'ratio':>6} {'cpu':>5}"
-        print(f"{head}  parts")
-        reals: dict[str, list[float]] = {}
-        ratios, fits = [], []
-        for name in chosen:
-            cfg, out = write_config(work, name, model, CONFIGS[name])
-            runs = []
-            for _ in range(args.repeats):
-                shutil.rmtree(out, ignore_errors=True)  # LLaMA-Factory refuses a non-empty output_dir
-                measured = check_json(cfg, ["--measure", str(args.measure)], env, work)["measured"]
-                real = stock_runtime(cfg, out, env, work)
-                reals.setdefault(name, []).append(real)
-                runs.append(measured["run_seconds"] / real)
-                if name == chosen[0]:
-                    fits.append(measured)
-                print(
-                    f"{name:18} {measured['run_steps']:5} {measured['seconds_per_step']:7.3f} "
-                    f"{measured['run_seconds']:10.2f} {real:7.2f} {runs[-1]:6.3f} {measured['cpu_share'] or 0:5.2f}  "
-                    f"{' + '.join(text for text, _ in measured['run_seconds_parts'])}"
-                )
-            ratios.append(median(runs))
-        errors = sorted(abs(r - 1) for r in ratios)
-        shown = ", ".join(f"{name} {r:.3f}" for name, r in zip(chosen, ratios, strict=True))
-        print(f"same config, median ratio of each: {shown}")
-        print(f"same config: median |forecast/real - 1| = {median(errors):.1%}, worst {errors[-1]:.1%} (target 10%)")
+        if not args.cross_only:
+            same_config(work, model, chosen, env, args)
         if args.same_only:
             return
-        fitted = [fit for fit in fits if "marginal_flops_per_s" in fit]
-        if not fitted:
-            raise SystemExit(f"no fit on {chosen[0]}: {[fit.get('model_why') for fit in fits]}")
-        keys = (*CARRIED, "attention_flops_per_s", "achieved_flops_per_s")
-        carried = {key: median([fit[key] for fit in fitted]) for key in keys}
-        carried.update(made=True, device=fitted[0]["device"], date=fitted[0]["date"], warmup_seconds=0.0)
-        rate_file = work / "rate.json"  # what `check --rate-from` reads: the fit, the warm-up left out as before
-        rate_file.write_text(json.dumps({"forecast": {"measured": carried}}))
-        print(
-            f"\ncross-config, fitted on {chosen[0]} (median of {len(fitted)} of {len(fits)}): "
-            f"rate {carried['marginal_flops_per_s']:.3g} FLOP/s, attention's {carried['attention_flops_per_s']:.3g} "
-            f"FLOP/s ({sum(fit['model'] == FITTED for fit in fitted)} of {len(fitted)} told apart), "
-            f"overhead {carried['overhead_seconds_per_step']:.3g} s a step of accumulation "
-            f"{carried['accumulation']:g}, {carried['overhead_seconds_per_micro_batch']:.3g} s of it a micro-batch; "
-            f"single achieved rate {carried['achieved_flops_per_s']:.3g} FLOP/s"
-        )
-        print(f"{'config':18} {'run FLOPs':>10} {'forecast s':>10} {'real s':>7} {'ratio':>6} {'1-rate ratio':>12}")
-        cross, single = [], []
-        for name, overrides in CROSS.items():
-            cfg, out = write_config(work, name, model, overrides)
-            shutil.rmtree(out, ignore_errors=True)
-            forecast = check_json(cfg, ["--rate-from", str(rate_file)], env, work)
-            while len(reals.get(name, [])) < args.repeats:
-                reals.setdefault(name, []).append(stock_runtime(cfg, out, env, work))
-            real = median(reals[name])
-            seconds = forecast["carried"]["run_seconds"]  # forecast/measure.py carried_forecast
-            ratio, one_rate = seconds / real, forecast["run_flops"] / carried["achieved_flops_per_s"] / real
-            cross.append(abs(ratio - 1))
-            single.append(abs(one_rate - 1))
-            print(f"{name:18} {forecast['run_flops']:10.3g} {seconds:10.2f} {real:7.2f} {ratio:6.3f} {one_rate:12.3f}")
-        cross.sort()
-        print(f"cross-config: median |forecast/real - 1| = {median(cross):.1%}, worst {cross[-1]:.1%} (target 15%)")
-        print(f"(the single achieved rate of before: median {median(single):.1%}, worst {max(single):.1%})")
+        cross_config(work, model, chosen[0], env, args)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def same_config(work: Path, model: Path, chosen: list[str], env: dict, args: argparse.Namespace) -> None:
+    """Each config's ``--measure`` and its stock run, alternated ``--repeats`` times."""
+    head = f"{'config':18} {'steps':>5} {'s/step':>7} {'forecast s':>10} {'real s':>7} {'ratio':>6} {'cpu':>5}"
+    print(f"{head}  parts")
+    ratios = []
+    for name in chosen:
+        cfg, out = write_config(work, name, model, CONFIGS[name])
+        runs = []
+        for _ in range(args.repeats):
+            shutil.rmtree(out, ignore_errors=True)  # LLaMA-Factory refuses a non-empty output_dir
+            measured = check_json(cfg, ["--measure", str(args.measure)], env, work)["measured"]
+            real = stock_runtime(cfg, out, env, work)
+            runs.append(measured["run_seconds"] / real)
+            print(
+                f"{name:18} {measured['run_steps']:5} {measured['seconds_per_step']:7.3f} "
+                f"{measured['run_seconds']:10.2f} {real:7.2f} {runs[-1]:6.3f} {measured['cpu_share'] or 0:5.2f}  "
+                f"{' + '.join(text for text, _ in measured['run_seconds_parts'])}"
+            )
+        ratios.append(median(runs))
+    errors = sorted(abs(r - 1) for r in ratios)
+    shown = ", ".join(f"{name} {r:.3f}" for name, r in zip(chosen, ratios, strict=True))
+    print(f"same config, median ratio of each: {shown}")
+    print(f"same config: median |forecast/real - 1| = {median(errors):.1%}, worst {errors[-1]:.1%} (target 10%)")
+
+
+def cross_config(work: Path, model: Path, first: str, env: dict, args: argparse.Namespace) -> None:
+    """Each repeat: a fresh ``--measure`` of ``first``, its fit written as a rate file, and right after it each
+    other config's ``check --rate-from`` and its stock run (a measure and the runs it forecasts meet the same
+    load on a shared machine: minutes apart, they did not). Ratios: each config's median over the repeats."""
+    cfg_first, _ = write_config(work, first, model, CONFIGS[first])
+    ratios: dict[str, list[float]] = {name: [] for name in CROSS}
+    single: dict[str, list[float]] = {name: [] for name in CROSS}
+    fits = []
+    print(f"\ncross-config, fitted on {first} afresh each repeat:")
+    print(f"{'config':18} {'run FLOPs':>10} {'forecast s':>10} {'real s':>7} {'ratio':>6} {'1-rate ratio':>12}  fit")
+    for _ in range(args.repeats):
+        fit = check_json(cfg_first, ["--measure", str(args.measure)], env, work)["measured"]
+        if "marginal_flops_per_s" not in fit:
+            print(f"(no fit on {first}: {fit.get('model_why')}; repeat skipped)")
+            continue
+        fits.append(fit)
+        carried = {key: fit[key] for key in (*CARRIED, "attention_flops_per_s", "achieved_flops_per_s")}
+        carried.update(made=True, device=fit["device"], date=fit["date"], warmup_seconds=0.0)
+        rate_file = work / "rate.json"  # what `check --rate-from` reads: the fit, the warm-up left out as before
+        rate_file.write_text(json.dumps({"forecast": {"measured": carried}}))
+        said = (
+            f"rate {fit['marginal_flops_per_s']:.3g}, attention {fit['attention_flops_per_s']:.3g} FLOP/s"
+            f"{' (told apart)' if fit['model'] == FITTED else ''}, overhead {fit['overhead_seconds_per_step']:.3g}"
+            f" s a step, {fit['overhead_seconds_per_micro_batch']:.3g} s a micro-batch"
+        )
+        for name, overrides in CROSS.items():
+            cfg, out = write_config(work, name, model, overrides)
+            shutil.rmtree(out, ignore_errors=True)  # LLaMA-Factory refuses a non-empty output_dir
+            forecast = check_json(cfg, ["--rate-from", str(rate_file)], env, work)
+            real = stock_runtime(cfg, out, env, work)
+            seconds = forecast["carried"]["run_seconds"]  # forecast/measure.py carried_forecast
+            ratios[name].append(seconds / real)
+            single[name].append(forecast["run_flops"] / fit["achieved_flops_per_s"] / real)
+            print(
+                f"{name:18} {forecast['run_flops']:10.3g} {seconds:10.2f} {real:7.2f} {ratios[name][-1]:6.3f} "
+                f"{single[name][-1]:12.3f}  {said}"
+            )
+    if not fits:
+        raise SystemExit(f"no fit on {first} in {args.repeats} repeat(s)")
+    medians = {name: median(values) for name, values in ratios.items()}
+    errors = sorted(abs(r - 1) for r in medians.values())
+    ones = sorted(abs(median(values) - 1) for values in single.values())
+    shown = ", ".join(f"{name} {r:.3f}" for name, r in medians.items())
+    print(f"cross-config, median ratio of each over {len(fits)} fit(s): {shown}")
+    print(f"cross-config: median |forecast/real - 1| = {median(errors):.1%}, worst {errors[-1]:.1%} (target 15%)")
+    print(f"(the single achieved rate of before: median {median(ones):.1%}, worst {ones[-1]:.1%})")
 
 
 def write_config(work: Path, name: str, model: Path, overrides: dict) -> tuple[Path, Path]:

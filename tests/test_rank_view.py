@@ -146,7 +146,9 @@ REFUSED_BECAUSE: dict[str, tuple[str, str, str | None]] = {
     ),
     "zero2_json_torchrun": ("LLAMAFACTORY_REFUSED", "DeepSpeed is not available => install it", None),
     "zero3_json_node_2": ("LLAMAFACTORY_REFUSED", "DeepSpeed is not available => install it", None),
-    "zero2_json_one_process": ("LLAMAFACTORY_REFUSED", "The 'deepspeed>=0.9.3' distribution was not found", None),
+    # the parser's refusal of a package the rule finds missing is said once, by the rule that names the key
+    # (check/rank.py one_finding_a_package), with the parser's words
+    "zero2_json_one_process": ("PACKAGE_MISSING", "The 'deepspeed>=0.9.3' distribution was not found", None),
     "nccl_on_cpu_torchrun": (
         "LLAMAFACTORY_REFUSED",
         "Your assigned backend nccl is not available, please use gloo",

@@ -216,6 +216,35 @@ def test_the_parser_refusal_comes_before_the_package_rules(tiny_model: Path, tmp
     assert errors[0] == "LLAMAFACTORY_REFUSED"
 
 
+@pytest.mark.parametrize(
+    ("changes", "code", "key", "packages"),
+    [
+        # the parser requires jieba, nltk and rouge_chinese for generation (hparams/parser.py
+        # _check_extra_dependencies); it stops at the first
+        ({"predict_with_generate": True, "val_size": 0.1}, "EVAL_PACKAGES_MISSING", "predict_with_generate",
+         ("jieba", "nltk", "rouge-chinese")),
+        ({"deepspeed": "ds_z3.json"}, "PACKAGE_MISSING", "deepspeed", ("deepspeed",)),
+    ],
+)  # fmt: skip
+def test_a_package_the_parser_refuses_is_one_finding_with_its_key(
+    changes, code, key, packages, tiny_model: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """The stock parser refuses a package this machine lacks, and a rule finds the same package missing: one
+    cause, said once, first (where the run stops), by the rule (the key that needs it, every package the key
+    needs) with the parser's own words (the oracle: the stock parser's refusal, in this process)."""
+    monkeypatch.chdir(tmp_path)
+    if "deepspeed" in changes:
+        (tmp_path / "ds_z3.json").write_text('{"zero_optimization": {"stage": 3}, "train_batch_size": "auto"}')
+    config = _config(tiny_model, tmp_path / "out", changes)
+    words = stock_parser_words(config)
+    assert words is not None and PACKAGE_NOT_HERE in words, words
+    errors = [f for f in check_config(config, plan_without_gpu=False).findings if f.level is Level.ERROR]
+    assert [f.code for f in errors] == [code], [(f.code, f.message[:200]) for f in errors]
+    (finding,) = errors
+    assert finding.key == key and all(name in finding.message for name in packages), finding.message
+    assert words in " ".join(finding.message.split()), (words, finding.message)
+
+
 # --- every refusal LLaMA-Factory and transformers write as a literal has its own cause ---------------------
 
 

@@ -197,7 +197,7 @@ def judged(
         verdict, parsed = llamafactory_verdict(config, answers, entry)
         # LLaMA-Factory's parser runs before its data, model and packages are loaded: its refusal is the
         # one the run stops on, so it comes first (the rules' package or data errors after it).
-        refused = [f for f in verdict if f.level is Level.ERROR]
+        refused, findings = one_finding_a_package([f for f in verdict if f.level is Level.ERROR], findings)
         findings = refused + findings + [f for f in verdict if f.level is not Level.ERROR]
         if not has_errors(findings) and entry.dry is not None:  # then its dry build (eval has none)
             if entry.trains:  # LLaMA-Factory's training launch, dry
@@ -206,6 +206,44 @@ def judged(
                 built = entry.dry.load()(config, entry.name, planned=answers is not None).findings
             findings += accept_findings(built, accepted)
     return findings, dry
+
+
+# The rules' findings of a package this machine lacks, each with the package names in ``new``
+# (rules/packages.py, rules/predict.py)
+_PACKAGE_CODES = frozenset({"PACKAGE_MISSING", "EVAL_PACKAGES_MISSING"})
+
+
+def _distribution(requirement: str) -> str:
+    """The distribution a requirement names, as pip compares names (``rouge_chinese`` is ``rouge-chinese``)."""
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    try:
+        return canonicalize_name(Requirement(requirement).name)
+    except InvalidRequirement:
+        return canonicalize_name(requirement.split()[0])
+
+
+def one_finding_a_package(refused: list[Finding], findings: list[Finding]) -> tuple[list[Finding], list[Finding]]:
+    """LLaMA-Factory's parser refusing a package that a rule already finds missing is one cause, said once: the
+    rule's finding (it names the key that needs the package and every package the key needs: the parser stops
+    at the first) with the parser's words added, in the parser's place (first: the run stops there)."""
+    named = {}
+    for finding in findings:
+        if finding.level is Level.ERROR and finding.code in _PACKAGE_CODES:
+            for name in finding.new if isinstance(finding.new, list | tuple) else [finding.new]:
+                if isinstance(name, str):
+                    named.setdefault(_distribution(name), finding)
+    first, folded = [], set()
+    for finding in refused:
+        rule = named.get(finding.new) if finding.code == "LLAMAFACTORY_REFUSED" else None
+        if rule is None or id(rule) in folded:
+            first.append(finding)
+            continue
+        folded.add(id(rule))
+        words = finding.message.split(": ", 1)[-1]
+        first.append(rule.model_copy(update={"message": f"{rule.message} LLaMA-Factory's parser refuses it: {words}"}))
+    return first, [f for f in findings if id(f) not in folded]
 
 
 def device_answers(snapshot: Snapshot) -> DeviceAnswers | None:
@@ -231,12 +269,14 @@ def llamafactory_verdict(
     trains = entry.trains
     which = "" if trains else f" for `llamafactory-cli {command}`"
     cause = cause_of("LLAMAFACTORY_REFUSED", verdict.message, config, trains=trains)
+    requirement = cause.values.get("requirement") if cause.case == "package missing" else None
     return [
         *notes,
         Finding(
             code="LLAMAFACTORY_REFUSED",
             key=cause.key,
             old=verdict.error_type,
+            new=_distribution(requirement) if requirement else None,  # the package it refuses without
             message=f"LLaMA-Factory's own argument check{which} refuses this config: {verdict.message}",
             fix_as=cause.case,
             fix_with={"command": command, **cause.values},

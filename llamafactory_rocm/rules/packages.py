@@ -149,6 +149,7 @@ def require_packages(config: Mapping[str, Any], env: Mapping[str, str], ctx: Con
                     code="PACKAGE_MISSING",
                     key=need.key,
                     message=f"{need.why} ({wanted}), but {here}.",
+                    new=need.distribution,  # the package to install (check/rank.py folds the parser's refusal)
                     fix_with={"wanted": wanted, "key": need.key},
                     # the need comes from the key (required_packages); an environment switch is no key
                     remedy={need.key: None} if need.key in config else None,

@@ -51,6 +51,7 @@ def predict_packages(config: Mapping[str, Any], env: Mapping[str, str], ctx: Con
             key="predict_with_generate",
             message=f"predict_with_generate scores generations with BLEU/ROUGE and LLaMA-Factory refuses to start "
             f"without {names}, which the README's install leaves out.",
+            new=missing,  # the packages to install (check/rank.py folds the parser's refusal of the first)
             fix_as="here",
             fix_with={"install": install},
         )
