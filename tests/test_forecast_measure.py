@@ -198,3 +198,54 @@ def test_the_three_shapes_give_back_the_rates_that_made_their_times():
     assert not one.apart and one.flops_per_s == one.attention_flops_per_s and 3e10 < one.flops_per_s < 8e10
     # times within the noise of one shape's own passes give no rate
     assert fitted_rates(_passes(step, 3e14, 8e14, 0.008), step) is None
+
+
+def test_a_noisy_end_to_end_row_keeps_the_rate_of_the_two_others():
+    """The end-to-end row is the longest pass and the noisiest: its spread must not cost the batch's and the
+    row's rate (review of dc4f2d1: it fell back to seconds a step)."""
+    from llamafactory_rocm.forecast.measure import NOISE_HIDES_ATTENTION, fitted_rates
+
+    step = _step()
+    passes = _passes(step, 3e10, 8e10, 0.008)
+    kind, rows, length, seconds = passes[-1]
+    noisy = [*passes[:-1], (kind, rows, length, seconds + 0.04)]  # one end-to-end pass 40 ms slow
+    rates = fitted_rates(noisy, step)
+    assert rates is not None and not rates.apart and rates.why == NOISE_HIDES_ATTENTION
+    assert rates.flops_per_s == fitted_rates(passes[:4], step).flops_per_s  # the batch's and the row's slope
+
+
+def test_why_no_rate_is_the_cause_not_the_end_to_end_rows_note():
+    """A measure with no FLOPs counted says so, not why the end-to-end row was not timed."""
+    from llamafactory_rocm.forecast.measure import StepTimes, measured_forecast
+    from llamafactory_rocm.forecast.run import forecast_of
+
+    forecast = forecast_of({"per_device_train_batch_size": 2}, 10, (5,) * 10, False, "sft", 1, None, {})
+    assert forecast.found_step is None
+    note = "a tensor of the batch is not one per token: no end-to-end row timed, one rate"
+    shapes = (("batch", 2, 8, 0.02), ("row", 1, 8, 0.01), ("batch", 2, 8, 0.021), ("row", 1, 8, 0.011))
+    times = StepTimes(0.0, (0.5, 0.6, 0.7), (20, 40, 60), "CPU", shapes=shapes, shapes_why=note)
+    measured = measured_forecast(forecast, times, 3)
+    assert measured["model"] == "seconds a step"
+    assert measured["model_why"].startswith("no FLOPs counted"), measured["model_why"]
+
+
+def test_the_end_to_end_row_is_left_out_where_it_cannot_run_as_the_run_does():
+    """Learned positions end at the model's limit (a CUDA device assert would end the process's fit); neat
+    packing's segment ids would merge across rows; a tensor not one per token cannot be put end to end."""
+    import types
+
+    import torch
+    from transformers import GPT2Config, LlamaConfig
+
+    from llamafactory_rocm.forecast.measure import _no_end_to_end
+
+    ids = torch.ones(4, 32, dtype=torch.long)
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}
+    gpt2, llama = (types.SimpleNamespace(config=c) for c in (GPT2Config(n_positions=64), LlamaConfig()))
+    assert "64 positions" in _no_end_to_end(gpt2, batch, 4, 32, 128)
+    assert _no_end_to_end(gpt2, batch, 4, 32, 64) is None
+    assert _no_end_to_end(llama, batch, 4, 32, 128 * 1024) is None  # rotary: no limit to pass
+    segments = {**batch, "attention_mask": torch.arange(1, 33).repeat(4, 1) // 9 + 1}
+    assert "packed segments" in _no_end_to_end(llama, segments, 4, 32, 128)
+    pixels = {**batch, "pixel_values": torch.zeros(4, 3, 8, 8)}
+    assert "not one per token" in _no_end_to_end(llama, pixels, 4, 32, 128)

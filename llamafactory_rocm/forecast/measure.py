@@ -32,6 +32,7 @@ seconds a step, and the block says so.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import os
@@ -77,7 +78,7 @@ class StepTimes:
     # forward + backward of one batch of the run: (kind, rows, length, seconds) of each timed pass, kind
     # "batch" (all its rows), "row" (its first row), "end to end" (its first rows as one row: _shapes)
     shapes: tuple[tuple[str, int, int, float], ...] = ()
-    shapes_why: str | None = None  # why no shapes were timed
+    shapes_why: str | None = None  # why no shapes, or no end-to-end row, were timed
     # what transformers' DefaultFlowCallback makes the real run do over its steps: saves, evaluations
     run_events: Mapping[str, int] = field(default_factory=dict)
     cpu_share: float | None = None  # process CPU seconds / wall seconds over the timed steps (CPU devices)
@@ -185,51 +186,60 @@ class Rates:
     attention_flops_per_s: float  # of the attention kernels' FLOPs (flops_per_s where not told apart)
     pass_seconds: float  # a forward + backward's time beyond its FLOPs: the overhead a micro-batch
     apart: bool  # attention's rate was told apart by the end-to-end shape
+    why: str | None = None  # where not: why
 
     def seconds(self, flops: float, attention: float) -> float:
         """The time of ``flops`` FLOPs of which ``attention`` are the attention kernels'."""
         return (flops - attention) / self.flops_per_s + attention / self.attention_flops_per_s
 
 
+def _spread(seconds: Sequence[float]) -> float:
+    return max(seconds) - min(seconds)
+
+
 def fitted_rates(shapes: Sequence[tuple[str, int, int, float]], step: Any) -> Rates | None:
     """The rates and the overhead a pass from the shapes' forward + backward (their median time each; ``step``:
     flops.py StepFlops, whose parts give each shape's FLOPs at its rows and length). With the end-to-end shape,
-    time = overhead + FLOPs / rate + attention FLOPs / attention rate solved on the three; else (or where that
-    gives a rate at or below 0, or the end-to-end row's time is within the noise of the row's) one rate, the
-    slope from the first row to all rows. None where there is no slope: no second shape, or all rows' time
-    within the spread of one shape's own passes (noise: a difference near 0 would make any rate)."""
+    time = overhead + FLOPs / rate + attention FLOPs / attention rate solved on the three; else (or where the
+    end-to-end row's time is within the noise of its own and the row's passes, no attention FLOPs were
+    counted, or the solve gives a rate at or below 0) one rate, the slope from the first row to all rows. None
+    where there is no slope: no second shape, or all rows' time within the spread of the batch's or the row's
+    own passes (noise: a difference near 0 would make any rate)."""
     by_kind: dict[str, tuple[int, int, list[float]]] = {}
     for kind, rows, length, seconds in shapes:
         by_kind.setdefault(kind, (rows, length, []))[2].append(seconds)
     if "batch" not in by_kind or "row" not in by_kind:
         return None
-    spread = max(max(v) - min(v) for _, _, v in by_kind.values())
     timed = {}
     for kind, (rows, length, seconds) in by_kind.items():
         linear, attention = step.parts(rows * length, rows * length * length)
         timed[kind] = (linear, attention, statistics.median(seconds))
     (a_row, b_row, t_row), (a_all, b_all, t_all) = timed["row"], timed["batch"]
+    spread = max(_spread(by_kind["batch"][2]), _spread(by_kind["row"][2]))
     if t_all - t_row <= spread:
         return None
-    if "end to end" in timed:
-        a_end, b_end, t_end = timed["end to end"]
-        # (t - t_row) = (a - a_row) / rate + (b - b_row) / attention rate, for the batch and the end-to-end row
-        da1, db1, dt1, da2, db2, dt2 = (
-            a_all - a_row,
-            b_all - b_row,
-            t_all - t_row,
-            a_end - a_row,
-            b_end - b_row,
-            t_end - t_row,
-        )
-        det = da1 * db2 - da2 * db1
-        if det and dt2 > spread:
-            per_flop, per_attention = (dt1 * db2 - dt2 * db1) / det, (da1 * dt2 - da2 * dt1) / det
-            if per_flop > 0 and per_attention > 0:
-                overhead = t_row - a_row * per_flop - b_row * per_attention
-                return Rates(1 / per_flop, 1 / per_attention, max(overhead, 0.0), apart=True)
     rate = ((a_all + b_all) - (a_row + b_row)) / (t_all - t_row)
-    return Rates(rate, rate, max(t_row - (a_row + b_row) / rate, 0.0), apart=False)
+    one = Rates(rate, rate, max(t_row - (a_row + b_row) / rate, 0.0), apart=False)
+    if "end to end" not in timed:
+        return one
+    a_end, b_end, t_end = timed["end to end"]
+    # (t - t_row) = (a - a_row) / rate + (b - b_row) / attention rate, for the batch and the end-to-end row
+    da1, db1, dt1 = a_all - a_row, b_all - b_row, t_all - t_row
+    da2, db2, dt2 = a_end - a_row, b_end - b_row, t_end - t_row
+    det = da1 * db2 - da2 * db1
+    if not det:
+        return dataclasses.replace(one, why="no attention FLOPs counted (no attention kernel torch has a formula "
+                                            "for): one rate for all FLOPs")  # fmt: skip
+    if dt2 <= max(_spread(by_kind["end to end"][2]), _spread(by_kind["row"][2])):
+        return dataclasses.replace(one, why=NOISE_HIDES_ATTENTION)
+    per_flop, per_attention = (dt1 * db2 - dt2 * db1) / det, (da1 * dt2 - da2 * dt1) / det
+    if per_flop <= 0 or per_attention <= 0:
+        return dataclasses.replace(one, why=NOISE_HIDES_ATTENTION)
+    overhead = t_row - a_row * per_flop - b_row * per_attention
+    return Rates(1 / per_flop, 1 / per_attention, max(overhead, 0.0), apart=True)
+
+
+NOISE_HIDES_ATTENTION = "the end-to-end row's time did not tell attention's rate apart (noise): one rate for all FLOPs"
 
 
 def measured_forecast(forecast: Any, times: StepTimes, steps_asked: int) -> dict[str, Any]:
@@ -292,15 +302,12 @@ def measured_forecast(forecast: Any, times: StepTimes, steps_asked: int) -> dict
             accumulation=forecast.work.accumulation,
             model=FITTED if rates.apart else ONE_RATE,
         )
-        if not rates.apart:
-            result["model_why"] = (
-                times.shapes_why
-                or "the end-to-end row's time did not tell attention's rate apart (noise): one rate for all FLOPs"
-            )
+        if not rates.apart:  # why: the end-to-end row was not timed (shapes_why), or the fit's
+            result["model_why"] = times.shapes_why or rates.why
         parts.append((f"{steps:,} steps x {overhead:.3g} s overhead", steps * overhead))
         parts.append(_flops_part(forecast, rates))
     else:
-        if times.shapes_why:
+        if times.shapes_why and not times.shapes:  # no shape was timed
             why = times.shapes_why
         elif per_token is None or forecast.run_flops is None:
             why = "no FLOPs counted for the run or its timed steps (the forecast's notes say why)"
@@ -455,6 +462,23 @@ def run_events(args: Any, steps: int, epochs: int) -> dict[str, int]:
 _END_TO_END_ROWS = 4
 
 
+def _no_end_to_end(model: Any, batch: Mapping[str, Any], rows: int, length: int, joined: int) -> str | None:
+    """Why the batch's first rows cannot run end to end as one row of ``joined`` tokens; None where they can."""
+    import torch
+
+    if not all(isinstance(v, torch.Tensor) and tuple(v.shape) == (rows, length) for v in batch.values()):
+        return "a tensor of the batch is not one per token: no end-to-end row timed, one rate"
+    mask = batch.get("attention_mask")
+    if mask is not None and int(mask.max()) > 1:  # neat_packing's segment ids: rows end to end would merge them
+        return "the attention mask holds packed segments: no end-to-end row timed, one rate"
+    config = getattr(model, "config", None)
+    rotary = any(getattr(config, key, None) is not None for key in ("rope_theta", "rope_parameters", "rope_scaling"))
+    limit = getattr(config, "max_position_embeddings", None)
+    if not rotary and isinstance(limit, int) and joined > limit:  # learned positions end at the limit
+        return f"the end-to-end row ({joined} tokens) is longer than the model's {limit} positions: one rate"
+    return None
+
+
 def _shapes(model: Any, dataloader: Any) -> tuple[list[tuple[str, int, int, float]], str | None]:
     """Forward + backward of one batch of the run at all its rows ("batch"), at its first row ("row") and at its
     first rows (up to ``_END_TO_END_ROWS``) end to end as one row ("end to end"), alternated, each
@@ -472,9 +496,8 @@ def _shapes(model: Any, dataloader: Any) -> tuple[list[tuple[str, int, int, floa
         return [], "one row a batch: no smaller shape to time"
     one = {k: v[:1] if isinstance(v, torch.Tensor) and v.shape[:1] == (rows,) else v for k, v in batch.items()}
     joined = min(rows, _END_TO_END_ROWS)
-    per_token = all(isinstance(v, torch.Tensor) and tuple(v.shape) == (rows, length) for v in batch.values())
-    end_to_end = {k: v[:joined].reshape(1, joined * length) for k, v in batch.items()} if per_token else None
-    why = None if per_token else "a tensor of the batch is not one per token: no end-to-end row timed, one rate"
+    why = _no_end_to_end(model, batch, rows, length, joined * length)
+    end_to_end = None if why else {k: v[:joined].reshape(1, joined * length) for k, v in batch.items()}
     sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
 
     def timed_pass(inputs: Mapping[str, Any]) -> float:
@@ -495,6 +518,8 @@ def _shapes(model: Any, dataloader: Any) -> tuple[list[tuple[str, int, int, floa
             shapes.append(("end to end", end_to_end, 1, joined * length))
         except Exception as exc:  # the two other shapes still give one rate
             model.zero_grad(set_to_none=True)
+            if torch.cuda.is_available():  # an out-of-memory leaves its blocks cached: the other passes need them
+                torch.cuda.empty_cache()
             why = f"the end-to-end row ({joined * length} tokens) could not run: {type(exc).__name__}, one rate"
     passes = []
     for _ in range(_SHAPE_PASSES):
@@ -559,7 +584,7 @@ def _child(config_file: str, clock_file: str) -> None:
             try:
                 self.shapes, self.shapes_why = _shapes(kwargs["model"], kwargs["train_dataloader"])
             except Exception as exc:
-                self.shapes_why = f"the two shapes could not be run: {type(exc).__name__}: {exc}"[:300]
+                self.shapes_why = f"the shapes could not be run: {type(exc).__name__}: {exc}"[:300]
             if run:
                 self.run_events = run_events(args, int(run["steps"]), int(run["epochs"]))
 
