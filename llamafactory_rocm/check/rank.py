@@ -215,13 +215,11 @@ _PACKAGE_CODES = frozenset({"PACKAGE_MISSING", "EVAL_PACKAGES_MISSING"})
 
 def _distribution(requirement: str) -> str:
     """The distribution a requirement names, as pip compares names (``rouge_chinese`` is ``rouge-chinese``)."""
-    from packaging.requirements import InvalidRequirement, Requirement
     from packaging.utils import canonicalize_name
 
-    try:
-        return canonicalize_name(Requirement(requirement).name)
-    except InvalidRequirement:
-        return canonicalize_name(requirement.split()[0])
+    from ..rules.packages import requirement_name
+
+    return canonicalize_name(requirement_name(requirement))
 
 
 def one_finding_a_package(refused: list[Finding], findings: list[Finding]) -> tuple[list[Finding], list[Finding]]:

@@ -68,14 +68,20 @@ def required_packages(config: Mapping[str, Any], model_config: Mapping[str, Any]
     for key, requirement, mandatory in extra_requirements(config):
         if not mandatory or key in _ELSEWHERE:
             continue
-        try:
-            name = Requirement(requirement).name
-        except InvalidRequirement:
-            name = requirement
+        name = requirement_name(requirement)
         needs.append(Need(key, requirement, name, _WHY.get(key, f"{key} needs {requirement}")))
     if quantizes_with_bitsandbytes(config, model_config):
         needs.append(Need("quantization_bit", "bitsandbytes", "bitsandbytes", _WHY["quantization_bit"]))
     return needs
+
+
+def requirement_name(requirement: str) -> str:
+    """The distribution a requirement names ("deepspeed>=0.9.3" -> "deepspeed"); the text itself where it is not
+    a requirement."""
+    try:
+        return Requirement(requirement).name
+    except InvalidRequirement:
+        return requirement
 
 
 def _normalise(name: str) -> str:
