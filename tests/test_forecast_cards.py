@@ -78,6 +78,9 @@ def test_checkpointing_off_is_forecast_as_the_check_of_that_config(tiny_model: P
     # 1.028 here (FLOP counts are deterministic): the first layer's input gradients of this 2-layer model; the
     # recompute taken out at the cutoff's share instead of at the run's lengths gave 1.046
     assert changed.forecast.run_flops <= off["run_flops"] <= 1.035 * changed.forecast.run_flops
+    # the attention kernels' part (measure.py times it apart) is the changed check's: no recompute, and the
+    # first layer's input gradients are no attention kernel's
+    assert off["run_attention_flops"] == pytest.approx(changed.forecast.run_attention_flops, rel=1e-9)
     assert off["hours"][1] >= changed.forecast.hours[1]
     assert off["peak_gib"] == pytest.approx(changed.estimate["peak_gib"], abs=0.01)
     assert packing["change"] == {"packing": True} and report.forecast.tokens.padding_share >= 0.2

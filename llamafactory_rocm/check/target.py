@@ -113,13 +113,9 @@ def target_install(requirement: str, snapshot: Snapshot, catalogue: Catalogue | 
     installation guide, "AMD ROCm", "Installation from PyPI": ``pip install bitsandbytes``;
     docs/rocm-facts.md#f9), or a source build for an arch no wheel covers. Anything else: as LLaMA-Factory
     asks for it."""
-    from packaging.requirements import InvalidRequirement, Requirement
+    from ..rules.packages import requirement_name
 
-    try:
-        name = Requirement(requirement).name.lower()
-    except InvalidRequirement:
-        name = requirement
-    if name != "bitsandbytes" or not snapshot.is_rocm:
+    if requirement_name(requirement).lower() != "bitsandbytes" or not snapshot.is_rocm:
         return f"pip install '{requirement}'"
     catalogue = catalogue or load_catalogue()
     lines = []

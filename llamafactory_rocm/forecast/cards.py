@@ -125,15 +125,18 @@ def faster_settings(forecast: Any, config: Mapping[str, Any], price: float | Non
     step = forecast.found_step
     checkpointing = not config.get("disable_gradient_checkpointing", False)
     if checkpointing and step is not None and step.recompute and forecast.run_flops:
+        forward_only = forecast.forward_only_flops
         changed_config = {**config, "disable_gradient_checkpointing": True}
         estimate = estimate_config(changed_config, forecast.gpus)
         found = catalogue.gpu(forecast.card.alias) if forecast.card is not None else None
         memory = found[0].vram_gib if found is not None else None
         fits = None if estimate is None or memory is None else estimate.total_gib <= BUDGET * memory
+        tokens = forecast.tokens
+        dense, attention = step.without_recompute().parts(tokens.total, tokens.squares)
         changed = dataclasses.replace(
             forecast,
-            run_flops=step.without_recompute().of(forecast.tokens.total, forecast.tokens.squares)
-            + forecast.forward_only_flops,  # forwards without gradients recompute nothing
+            run_flops=dense + attention + forward_only,  # forwards without gradients recompute nothing
+            run_attention_flops=attention + forecast.run_attention_flops - step.parts(tokens.total, tokens.squares)[1],
             notes=[],
             hours=None,
             hours_at_peak=None,
@@ -148,6 +151,7 @@ def faster_settings(forecast: Any, config: Mapping[str, Any], price: float | Non
                 "why": f"the recompute is {1 - changed.run_flops / forecast.run_flops:.0%} of the FLOPs",
                 "bound": "at most: the FLOPs less the recompute",
                 "run_flops": changed.run_flops,
+                "run_attention_flops": changed.run_attention_flops,
                 "hours": changed.hours,
                 "hours_at_peak": changed.hours_at_peak,
                 "cost_usd": changed.cost,
