@@ -207,7 +207,8 @@ def test_summary_of_a_real_trainer_run_with_counted_tokens_and_a_plot(tiny_model
     runtime, step = json.loads((out / "train_results.json").read_text())["train_runtime"], state["global_step"]
     seen = state["num_input_tokens_seen"]
     assert got["tokens/s"] == f"{seen / runtime:,.0f} ({seen:,} tokens, counted)"
-    assert got["wall time"].endswith(f"(training {runtime:.1f} s, transformers' train_runtime)")
+    said = re.search(r"\(training ([\d.]+) s, transformers' train_runtime\)$", got["wall time"])
+    assert said and float(said[1]) == pytest.approx(runtime, rel=0.05)  # as said: two figures under a second
     # the forecast the hook's check made before launch (in its record), beside them: steps exact, tokens within 2%
     record = latest_record(out)
     forecast = record["forecast"]["tokens"]["total"]
@@ -274,3 +275,22 @@ def test_after_train_checked_the_hook_takes_the_forecast_from_trains_record_of_t
         "made": False,
         "why": f"train's launch record of this config is not in {tmp_path}",
     }
+
+
+@pytest.mark.parametrize(
+    ("seconds", "said"),
+    [
+        (0.0412, "0.041 s"),  # a small run on a large card
+        (12.0, "12.0 s"),
+        (119.96, "120.0 s"),
+        (150.0, "2 min 30 s"),
+        (179.6, "3 min 00 s"),  # rounded before it is split: the old summary said "2 min 60 s"
+        (7199.0, "119 min 59 s"),
+        (9000.0, "2.50 h"),
+    ],
+)
+def test_every_output_says_a_time_one_way(seconds: float, said: str):
+    """console.duration: the summary, check's forecast block and `presets list` all say times through it."""
+    from llamafactory_rocm.console import duration
+
+    assert duration(seconds) == said

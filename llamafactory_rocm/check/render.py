@@ -7,6 +7,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from ..console import duration
 from ..findings import Level
 from ..machine.snapshot import Snapshot
 from ..rules.memory_fit import BUDGET
@@ -75,9 +76,7 @@ def report_text(report: Report) -> str:
 
 
 def _duration(hours: float) -> str:
-    if hours < 1 / 60:
-        return f"{hours * 3600:.2g} s"
-    return f"{hours * 60:.1f} min" if hours < 1 else f"{hours:.2f} h"
+    return duration(hours * 3600)
 
 
 def forecast_lines(f: Any) -> list[str]:
@@ -137,7 +136,7 @@ def forecast_lines(f: Any) -> list[str]:
             said = " + ".join(text for text, _ in c["run_seconds_parts"])
             lines.append(
                 f"  time there ({c['device']}, measured {c['date']} by the check --measure in {c['from']}): {said} "
-                f"= {_seconds(c['run_seconds'])} (the trainer's loop; saves, evaluations and epoch starts not included)"
+                f"= {duration(c['run_seconds'])} (the trainer's loop; saves, evaluations and epoch starts not included)"
             )
     lines.extend(f"  note: {note}" for note in f.notes)
     if f.cards is not None:  # check --cards
@@ -157,7 +156,7 @@ def measured_lines(measured: Mapping[str, Any]) -> list[str]:
         f"step(s) after the first of {measured['steps_run']} run by LLaMA-Factory's trainer in a throwaway folder: "
         f"{measured['seconds_per_step']:.3g} s a step ({shown}{more})",
         f"  time here: {' + '.join(text for text, _ in measured['run_seconds_parts'])} = "
-        f"{_seconds(measured['run_seconds'])} (the trainer's loop; model loading and data processing not included)",
+        f"{duration(measured['run_seconds'])} (the trainer's loop; model loading and data processing not included)",
     ]
     low, high = measured["run_seconds_band"]
     share = measured.get("cpu_share")
@@ -167,7 +166,7 @@ def measured_lines(measured: Mapping[str, Any]) -> list[str]:
         else ""
     )
     lines.append(
-        f"  uncertain: {_seconds(low)} to {_seconds(high)} at the fastest and the slowest timed step{loaded}; a run "
+        f"  uncertain: {duration(low)} to {duration(high)} at the fastest and the slowest timed step{loaded}; a run "
         "that meets another load on this machine takes longer or shorter"
     )
     if measured.get("model_why") and measured.get("model") == "seconds a step":  # carried as they are
@@ -181,12 +180,6 @@ def measured_lines(measured: Mapping[str, Any]) -> list[str]:
             "/ their time)"
         )
     return lines
-
-
-def _seconds(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.3g} s"
-    return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.2f} h"
 
 
 def card_lines(rows: list[dict], peak_gib: float | None, gpus: int) -> list[str]:

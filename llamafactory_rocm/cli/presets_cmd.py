@@ -6,6 +6,7 @@ import argparse
 import json
 
 from .. import presets
+from ..console import duration
 
 
 def register(subs: argparse._SubParsersAction) -> None:
@@ -102,19 +103,15 @@ def forecast_summary(forecast: dict) -> str:
     where = f"{forecast['gpus']} x {card['alias']}" if card else "its card"
     if forecast["hours"]:
         low, high = forecast["hours"]
-        parts.append(f"{_hours(low)} to {_hours(high)} on {where}")
+        parts.append(f"{duration(low * 3600)} to {duration(high * 3600)} on {where}")
     elif forecast["hours_at_peak"]:
-        parts.append(f"at least {_hours(forecast['hours_at_peak'])} on {where} (100% of peak)")
+        parts.append(f"at least {duration(forecast['hours_at_peak'] * 3600)} on {where} (100% of peak)")
     else:
         parts.append(f"no time on {where}")
     if forecast["cost_usd"]:
         low, high = forecast["cost_usd"]
         parts.append(f"${low:,.2f} to ${high:,.2f} ({forecast['price'].get('date') or '--price'})")
     return "; ".join(parts) + " (check --forecast for the sources)"
-
-
-def _hours(hours: float) -> str:
-    return f"{hours * 60:.1f} min" if hours < 1 else f"{hours:.2f} h"
 
 
 def run_show(args: argparse.Namespace) -> int:

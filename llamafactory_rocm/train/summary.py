@@ -28,7 +28,7 @@ from typing import Any, TextIO
 from transformers import TrainerCallback
 
 from ..check.record import RECORD_STEM, add_run
-from ..console import say
+from ..console import duration, say
 from .board import log_lines
 
 TRAIN_RUNTIME = "transformers' train_runtime"
@@ -141,10 +141,6 @@ def summary_from_output_dir(output_dir: Path, wall_s: float | None = None) -> Ru
     )
 
 
-def _seconds(s: float) -> str:
-    return f"{s:.1f} s" if s < 120 else f"{int(s // 60)} min {s % 60:02.0f} s"
-
-
 NO_FORECAST = "the check before launch made no forecast for this run"
 NO_TIME = "no time was forecast (the launch record's forecast notes say why)"
 
@@ -216,11 +212,6 @@ def run_record(s: RunSummary) -> dict[str, Any]:
     }
 
 
-def _short(seconds: float) -> str:
-    """A forecast's seconds: two significant figures under a second (a small model's run on a large card)."""
-    return f"{seconds:.2g} s" if seconds < 1 else _seconds(seconds)
-
-
 def _forecast_rows(s: RunSummary) -> list[tuple[str, str]]:
     """The forecast's rows, each figure beside what the run measured: steps and tokens, then time."""
     said = beside_forecast(s)
@@ -235,12 +226,12 @@ def _forecast_rows(s: RunSummary) -> list[tuple[str, str]]:
         work += f", {said['tokens_with_padding']:,} tokens with padding ({counted})"
     rows = [("forecast", f"{work}: the check before launch")]
     when = said["time"]
-    trained = "" if s.train_s is None else f" (trained {_seconds(s.train_s)})"
+    trained = "" if s.train_s is None else f" (trained {duration(s.train_s)})"
     if "seconds" in when:
         low, high = when["seconds"]
-        rows.append(("forecast time", f"{_short(low)} to {_short(high)}{trained}: {when['source']}"))
+        rows.append(("forecast time", f"{duration(low)} to {duration(high)}{trained}: {when['source']}"))
     elif "at_least_seconds" in when:
-        rows.append(("forecast time", f"at least {_short(when['at_least_seconds'])}{trained}: {when['source']}"))
+        rows.append(("forecast time", f"at least {duration(when['at_least_seconds'])}{trained}: {when['source']}"))
     else:
         rows.append(("forecast time", f"none for this machine (the check's forecast: {when['none']})"))
     return rows
@@ -257,9 +248,9 @@ def format_summary(s: RunSummary) -> str:
         how = "counted" if s.tokens_counted else "estimated from the data's mean row length"
         speed = f"{s.tokens_per_s:,.0f} ({s.tokens:,} tokens, {how})"
     memory = f"{s.memory.gib:.2f} GiB {s.memory.what}" if s.memory else "not known"
-    wall = _seconds(s.wall_s) if s.wall_s is not None else "not known"
+    wall = duration(s.wall_s) if s.wall_s is not None else "not known"
     if s.train_s is not None:
-        wall += f" (training {_seconds(s.train_s)}, {s.train_s_from})"
+        wall += f" (training {duration(s.train_s)}, {s.train_s_from})"
     rows = [
         ("loss", loss),
         ("steps", str(s.steps) + (f" (resumed at step {s.resumed_from})" if s.resumed_from else "")),
@@ -283,7 +274,7 @@ def format_summary_line(s: RunSummary) -> str:
     if s.memory:
         parts.append(f"peak {s.memory.gib:.2f} GiB ({s.memory.what.split(' (')[0]})")
     if s.wall_s is not None:
-        parts.append(f"{_seconds(s.wall_s)} wall")
+        parts.append(f"{duration(s.wall_s)} wall")
     return ", ".join(parts)
 
 
