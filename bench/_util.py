@@ -27,9 +27,11 @@ def median(values: Sequence[float]) -> float:
     return statistics.median(values)
 
 
-def tiny_model(folder: os.PathLike[str] | str):
-    """The tests' tiny Llama (tests/conftest.py tiny_model), built into ``folder``: the model every bench trains."""
+def tiny_model(folder: os.PathLike[str] | str, **shape: int):
+    """The tests' tiny Llama (tests/conftest.py tiny_model), built into ``folder``: the model every bench trains.
+    ``shape``: build_tiny_model's hidden_size, num_layers, intermediate_size, num_heads, where a bench wants
+    it wider."""
     from llamafactory_rocm.demo.tiny import build_tiny_model, texts_from_dataset
     from llamafactory_rocm.resources import datasets_dir
 
-    return build_tiny_model(folder, texts_from_dataset(datasets_dir() / "amd_finetune_qa.json"))
+    return build_tiny_model(folder, texts_from_dataset(datasets_dir() / "amd_finetune_qa.json"), **shape)

@@ -14,9 +14,11 @@ def say(message: str) -> None:
 
 def duration(seconds: float) -> str:
     """A time as every output says it: two significant figures under a second (a small run on a large card),
-    tenths of a second under two minutes, minutes and seconds under two hours, hours above."""
+    hundredths under ten seconds, tenths under two minutes, minutes and seconds under two hours, hours above."""
     if seconds < 1:
         return f"{seconds:.2g} s"
+    if seconds < 10:
+        return f"{seconds:.2f} s"
     if seconds < 120:
         return f"{seconds:.1f} s"
     if seconds < 7200:

@@ -281,6 +281,7 @@ def test_after_train_checked_the_hook_takes_the_forecast_from_trains_record_of_t
     ("seconds", "said"),
     [
         (0.0412, "0.041 s"),  # a small run on a large card
+        (1.236, "1.24 s"),  # the measure's fastest and slowest timed steps on a small run
         (12.0, "12.0 s"),
         (119.96, "120.0 s"),
         (150.0, "2 min 30 s"),
