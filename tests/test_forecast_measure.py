@@ -117,6 +117,14 @@ def _the_measure_carries_to_other_runs(said: str, config: Path, run: dict, measu
     )
     code, out, err = _checked(["check", str(tmp_path / "other.yaml"), "--rate-from", str(rate_file)])
     assert f"time there ({measured['device']}, measured {measured['date']} by the check --measure in " in out
+    # micro-batches far from the measured ones' size are said to make the time less sure: not the measured
+    # config's own (batch 4), a batch of 16 (about 4x the tokens)
+    assert measured["micro_batch_tokens"] == pytest.approx(measured["timed_tokens"] / measured["timed_steps"])
+    assert carried["size_note"] is None
+    larger = {**run, "per_device_train_batch_size": 16}
+    (tmp_path / "larger.yaml").write_text(yaml.safe_dump(larger))
+    code, out, err = _checked(["check", str(tmp_path / "larger.yaml"), "--rate-from", str(rate_file)])
+    assert "  less sure: this run's micro-batches hold about " in out and "check --measure" in out, out
 
 
 @pytest.mark.parametrize(

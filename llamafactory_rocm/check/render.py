@@ -138,6 +138,8 @@ def forecast_lines(f: Any) -> list[str]:
                 f"  time there ({c['device']}, measured {c['date']} by the check --measure in {c['from']}): {said} "
                 f"= {duration(c['run_seconds'])} (the trainer's loop; saves, evaluations and epoch starts not included)"
             )
+            if c.get("size_note"):
+                lines.append(f"  less sure: {c['size_note']}")
     lines.extend(f"  note: {note}" for note in f.notes)
     if f.cards is not None:  # check --cards
         lines.extend(card_lines(f.cards, f.peak_gib, f.gpus))

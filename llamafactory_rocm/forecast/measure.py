@@ -273,6 +273,8 @@ def measured_forecast(forecast: Any, times: StepTimes, steps_asked: int) -> dict
     step = forecast.found_step
     if timed_tokens > 0:
         result["timed_tokens"] = timed_tokens
+        # what --rate-from compares another run's micro-batches with (carried_forecast)
+        result["micro_batch_tokens"] = timed_tokens / (len(timed) * forecast.work.accumulation)
         if step is not None:
             # the timed steps are random batches of the run: the run's own FLOPs per token (attention at its
             # batches' lengths, run.py); the shapes are one batch at its one padded length
@@ -399,7 +401,29 @@ def carried_forecast(forecast: Any, fit: Mapping[str, Any], source: str) -> dict
         "date": fit.get("date"),
         "run_seconds": sum(seconds for _, seconds in parts),
         "run_seconds_parts": [[text, seconds] for text, seconds in parts],
+        "size_note": _size_note(forecast, fit.get("micro_batch_tokens")),
     }
+
+
+SIZE_APART = 2.0  # this package's threshold for saying so, not a published figure
+
+
+def _size_note(forecast: Any, measured_tokens: float | None) -> str | None:
+    """Why the carried time may be off where the run's micro-batches are far larger or smaller than the
+    measured ones: a device's FLOP rate moves with a micro-batch's size (a GPU's up as it fills, this page's
+    CPU's down as activations leave its caches: docs/forecast.md#what-it-was-measured-against); None where
+    they are alike or a size is not known (a rate file from before the measure wrote it)."""
+    work, tokens = forecast.work, forecast.tokens
+    if not measured_tokens or tokens is None or not work.steps:
+        return None
+    run_tokens = tokens.total / (work.steps * work.accumulation * work.world_size)
+    if 1 / SIZE_APART <= run_tokens / measured_tokens <= SIZE_APART:
+        return None
+    return (
+        f"this run's micro-batches hold about {run_tokens:,.0f} tokens, the measured ones {measured_tokens:,.0f}: "
+        "a device's FLOP rate moves with a micro-batch's size, so this time is less sure; `check --measure` on "
+        "this config times its own"
+    )
 
 
 def measure(forecast: Any, config: Mapping[str, Any], env_changes: Mapping[str, str], steps: int, *, ok: bool) -> None:
