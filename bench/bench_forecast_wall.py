@@ -21,8 +21,8 @@ has no preference rows).
 
 With ``--repeats R`` each config's measure and real run alternate R times; a config's ratio is the median of
 its R ratios, printed beside the median forecast over the median real time (each side's own noise damped
-apart) and the real runs' own spread, (max - min) / median of R identical stock runs: the floor under any
-forecast's error on this machine.
+apart) and the real runs' own spread, (max - min) / median of R identical stock runs: the scale of this
+machine's noise, which no forecast's error can be judged finer than.
 
 ``--width H --layers L`` trains a wider tiny Llama (hidden H, intermediate 2H, L layers; default 64 and 2,
 the tests' model), whose steps are mostly arithmetic as a real run's are, not Python and dispatch.
@@ -157,13 +157,13 @@ def same_config(work: Path, model: Path, chosen: list[str], env: dict, args: arg
             )
         ratios.append(median(runs))
         of_medians.append(median(forecasts) / median(reals))
-        spreads.append((max(reals) - min(reals)) / median(reals))
+        spreads.append((max(reals) - min(reals)) / median(reals) if len(reals) > 1 else None)
     for label, values in (("median ratio", ratios), ("median forecast / median real", of_medians)):
         errors = sorted(abs(r - 1) for r in values)
         shown = ", ".join(f"{name} {r:.3f}" for name, r in zip(chosen, values, strict=True))
         print(f"same config, {label} of each: {shown}")
         print(f"  median |forecast/real - 1| = {median(errors):.1%}, worst {errors[-1]:.1%} (target 10%)")
-    shown = ", ".join(f"{name} {r:.1%}" for name, r in zip(chosen, spreads, strict=True))
+    shown = ", ".join(f"{name} {'n/a' if r is None else f'{r:.1%}'}" for name, r in zip(chosen, spreads, strict=True))
     print(f"the real runs' own spread, (max - min) / median of {args.repeats}: {shown}")
 
 
@@ -183,7 +183,9 @@ def cross_config(work: Path, model: Path, first: str, env: dict, args: argparse.
             print(f"(no fit on {first}: {fit.get('model_why')}; repeat skipped)")
             continue
         fits.append(fit)
-        carried = {key: fit[key] for key in (*CARRIED, "attention_flops_per_s", "achieved_flops_per_s")}
+        carried = {
+            key: fit[key] for key in (*CARRIED, "attention_flops_per_s", "achieved_flops_per_s", "micro_batch_tokens")
+        }
         carried.update(made=True, device=fit["device"], date=fit["date"], warmup_seconds=0.0)
         rate_file = work / "rate.json"  # what `check --rate-from` reads: the fit, the warm-up left out as before
         rate_file.write_text(json.dumps({"forecast": {"measured": carried}}))
@@ -200,9 +202,10 @@ def cross_config(work: Path, model: Path, first: str, env: dict, args: argparse.
             seconds = forecast["carried"]["run_seconds"]  # forecast/measure.py carried_forecast
             ratios[name].append(seconds / real)
             single[name].append(forecast["run_flops"] / fit["achieved_flops_per_s"] / real)
+            less_sure = " [less sure: sizes apart]" if forecast["carried"].get("size_note") else ""
             print(
                 f"{name:18} {forecast['run_flops']:10.3g} {seconds:10.2f} {real:7.2f} {ratios[name][-1]:6.3f} "
-                f"{single[name][-1]:12.3f}  {said}"
+                f"{single[name][-1]:12.3f}  {said}{less_sure}"
             )
     if not fits:
         raise SystemExit(f"no fit on {first} in {args.repeats} repeat(s)")

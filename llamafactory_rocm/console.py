@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 
@@ -14,14 +15,17 @@ def say(message: str) -> None:
 
 def duration(seconds: float) -> str:
     """A time as every output says it: two significant figures under a second (a small run on a large card),
-    hundredths under ten seconds, tenths under two minutes, minutes and seconds under two hours, hours above."""
-    if seconds < 1:
+    hundredths under ten seconds, tenths under two minutes, minutes and seconds under two hours, hours above.
+    Each band is chosen on the figure as rounded, so 9.996 s is "10.0 s", not "10.00 s"."""
+    if not math.isfinite(seconds) or seconds < 0:
+        return "not known"  # a rate file can carry NaN; no run takes negative time
+    if seconds < 0.995:
         return f"{seconds:.2g} s"
-    if seconds < 10:
+    if seconds < 9.995:
         return f"{seconds:.2f} s"
-    if seconds < 120:
+    if seconds < 119.95:
         return f"{seconds:.1f} s"
-    if seconds < 7200:
+    if round(seconds) < 7200:
         minutes, rest = divmod(round(seconds), 60)  # rounded first: 179.6 s is 3 min 00 s, not 2 min 60 s
         return f"{minutes} min {rest:02d} s"
     return f"{seconds / 3600:.2f} h"

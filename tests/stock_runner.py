@@ -36,10 +36,20 @@ for case in json.load(open(manifest)):
         from torch.utils.flop_counter import FlopCounterMode
         from llamafactory_rocm.forecast.flops import cpu_attention_formulas
         counted = FlopCounterMode(display=False, custom_mapping=cpu_attention_formulas())
+    callbacks = []
+    if case.get("micro_batches"):  # every forward + backward the trainer's loop runs, as it signals them
+        from transformers import TrainerCallback
+        class Passes(TrainerCallback):
+            count = 0
+            def on_substep_end(self, *args, **kwargs):
+                Passes.count += 1
+            def on_step_end(self, *args, **kwargs):
+                Passes.count += 1
+        callbacks.append(Passes())
     try:
         with contextlib.redirect_stderr(err), counted:
             from llamafactory.train.tuner import run_exp
-            run_exp()
+            run_exp(callbacks=callbacks or None)
     except SystemExit as stop:
         code = stop.code if isinstance(stop.code, int) else 1
         last = f"SystemExit: {stop.code} " + err.getvalue()[-1500:]
@@ -51,6 +61,8 @@ for case in json.load(open(manifest)):
     results[case["id"]] = {"exit": code, "error": " ".join(last.split())[:2000]}
     if case.get("flops"):
         results[case["id"]]["flops"] = counted.get_total_flops()
+    if callbacks:
+        results[case["id"]]["micro_batches"] = callbacks[0].count
     with open(results_file, "w") as f:
         json.dump(results, f)
 """

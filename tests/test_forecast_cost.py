@@ -6,7 +6,7 @@ import pytest
 
 from llamafactory_rocm.check.render import forecast_lines
 from llamafactory_rocm.forecast.flops import StepFlops
-from llamafactory_rocm.forecast.run import card_of, forecast_of
+from llamafactory_rocm.forecast.run import TrainRows, card_of, forecast_of
 from llamafactory_rocm.machine.catalogue import load_catalogue
 
 CONFIG = {"per_device_train_batch_size": 2, "num_train_epochs": 1.0}
@@ -16,7 +16,7 @@ STEP = StepFlops(forward=10**12, backward=2 * 10**12, recompute=0, sequences=2, 
 
 def _forecast(alias: str, price: float | None = None):
     card = card_of(load_catalogue(), alias, [])
-    return forecast_of(CONFIG, len(LENGTHS), LENGTHS, False, "sft", 1, card, {"step_flops": STEP}, price=price)
+    return forecast_of(CONFIG, TrainRows(len(LENGTHS), LENGTHS), 1, card, {"step_flops": STEP}, price=price)
 
 
 def test_a_card_with_a_published_fraction_gets_a_band_with_its_source_and_date():

@@ -119,12 +119,14 @@ def _the_measure_carries_to_other_runs(said: str, config: Path, run: dict, measu
     assert f"time there ({measured['device']}, measured {measured['date']} by the check --measure in " in out
     # micro-batches far from the measured ones' size are said to make the time less sure: not the measured
     # config's own (batch 4), a batch of 16 (about 4x the tokens)
+    # accumulation 1: each timed step one micro-batch, as the trainer's loop signalled them (on_substep_end)
     assert measured["micro_batch_tokens"] == pytest.approx(measured["timed_tokens"] / measured["timed_steps"])
     assert carried["size_note"] is None
     larger = {**run, "per_device_train_batch_size": 16}
     (tmp_path / "larger.yaml").write_text(yaml.safe_dump(larger))
     code, out, err = _checked(["check", str(tmp_path / "larger.yaml"), "--rate-from", str(rate_file)])
-    assert "  less sure: this run's micro-batches hold about " in out and "check --measure" in out, out
+    assert "  less sure: this run's micro-batches hold about " in out, out
+    assert "`check --measure` on this config times its own" in out, out
 
 
 @pytest.mark.parametrize(
@@ -148,9 +150,9 @@ def test_a_rate_file_that_carries_no_rate_is_one_line(content, said, tmp_path, c
 def test_a_refused_config_is_not_run(capsys: pytest.CaptureFixture[str]):
     """check's findings refused it: nothing runs (the config names no model: a run would fail at once)."""
     from llamafactory_rocm.forecast.measure import measure
-    from llamafactory_rocm.forecast.run import forecast_of
+    from llamafactory_rocm.forecast.run import TrainRows, forecast_of
 
-    forecast = forecast_of({"per_device_train_batch_size": 2}, 10, (5,) * 10, False, "sft", 1, None, {})
+    forecast = forecast_of({"per_device_train_batch_size": 2}, TrainRows(10, (5,) * 10), 1, None, {})
     measure(forecast, {"stage": "sft"}, {}, 3, ok=False)
     assert forecast.measured == {"made": False, "why": "the check refused the config: fix its findings first"}
     assert "measuring:" not in capsys.readouterr().err
@@ -225,9 +227,9 @@ def test_a_noisy_end_to_end_row_keeps_the_rate_of_the_two_others():
 def test_why_no_rate_is_the_cause_not_the_end_to_end_rows_note():
     """A measure with no FLOPs counted says so, not why the end-to-end row was not timed."""
     from llamafactory_rocm.forecast.measure import StepTimes, measured_forecast
-    from llamafactory_rocm.forecast.run import forecast_of
+    from llamafactory_rocm.forecast.run import TrainRows, forecast_of
 
-    forecast = forecast_of({"per_device_train_batch_size": 2}, 10, (5,) * 10, False, "sft", 1, None, {})
+    forecast = forecast_of({"per_device_train_batch_size": 2}, TrainRows(10, (5,) * 10), 1, None, {})
     assert forecast.found_step is None
     note = "a tensor of the batch is not one per token: no end-to-end row timed, one rate"
     shapes = (("batch", 2, 8, 0.02), ("row", 1, 8, 0.01), ("batch", 2, 8, 0.021), ("row", 1, 8, 0.011))

@@ -65,13 +65,14 @@ def stock_runs(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> di
         configs[name] = config
         path = work / f"{name}.yaml"
         path.write_text(yaml.safe_dump(config))
-        cases.append({"id": name, "dir": str(work), "args": [str(path)]})
+        cases.append({"id": name, "dir": str(work), "args": [str(path)], "micro_batches": True})
     results, proc = run_alone(cases, work, hook_off_env(work), name="forecast", timeout=900)
-    states = {}
+    states, passes = {}, {}
     for name, config in configs.items():
         assert results.get(name, {}).get("exit") == 0, (name, results.get(name), proc.stderr[-3000:])
         states[name] = json.loads((Path(config["output_dir"]) / "trainer_state.json").read_text())
-    return {"configs": configs, "states": states}
+        passes[name] = results[name]["micro_batches"]
+    return {"configs": configs, "states": states, "micro_batches": passes}
 
 
 def _forecast(config: dict, output_dir: Path):
@@ -95,6 +96,9 @@ def test_steps_equal_the_stock_runs_global_step_and_tokens_are_within_2_percent(
     work, tokens = _forecast(stock_runs["configs"][name], tmp_path / "out")
     state = stock_runs["states"][name]
     assert work.steps == state["global_step"]
+    # the forward + backward passes the stock loop ran (not steps x accumulation where an epoch's last step
+    # takes fewer): what --rate-from's overhead a micro-batch and its size note count
+    assert work.micro_batches_per_rank == stock_runs["micro_batches"][name]
     seen = state["num_input_tokens_seen"]
     print(
         f"FORECAST {name}: steps {work.steps} vs global_step {state['global_step']}; tokens {tokens.total} vs "
@@ -182,14 +186,13 @@ def test_packed_rows_of_a_sample_are_said_to_be_an_estimate(stock_runs, tmp_path
     is scaled from the first 256's: the steps are said to be "about", in the check's block and its JSON, and
     the scale is said; with it (above) they equal the stock run's global_step."""
     from llamafactory_rocm.check.render import forecast_lines
-    from llamafactory_rocm.forecast.run import forecast_of
+    from llamafactory_rocm.forecast.run import TrainRows, forecast_of
 
     config = {**stock_runs["configs"]["packing-every-row"], "output_dir": str(tmp_path / "out")}
     dry = dry_launch(config)
     made, read, full = dry.train_rows_scaled
     assert (read, full) == (256, 300) and made < read
-    forecast = forecast_of(config, dry.rows["train"], dry.train_lengths, dry.rows_estimated, dry.data_stage, 1,
-                           None, dry.forecast, rows_scaled=dry.train_rows_scaled)  # fmt: skip
+    forecast = forecast_of(config, TrainRows.of(dry), 1, None, dry.forecast)
     lines = forecast_lines(forecast)
     assert lines[1].startswith("  steps: about ") and lines[2].startswith("  rows estimated: ")
     said = forecast.as_json()["work"]

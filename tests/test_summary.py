@@ -16,7 +16,7 @@ import yaml
 from llamafactory_rocm.check.record import latest_record
 from llamafactory_rocm.forecast.cards import Card, rates
 from llamafactory_rocm.forecast.flops import StepFlops
-from llamafactory_rocm.forecast.run import NoForecast, forecast_of
+from llamafactory_rocm.forecast.run import NoForecast, TrainRows, forecast_of
 from llamafactory_rocm.train.summary import (
     NO_FORECAST,
     PeakMemory,
@@ -98,7 +98,7 @@ def forecast_json(card: Card | None, rows_scaled: tuple[int, int, int] | None = 
     step = StepFlops(forward=10**12, backward=2 * 10**12, recompute=10**12, sequences=4, length=128)
     config = {"per_device_train_batch_size": 4, "num_train_epochs": 1.0}
     found = {"step_flops": step}
-    made = forecast_of(config, 64, tuple(range(60, 124)), False, "sft", 1, card, found, rows_scaled=rows_scaled)
+    made = forecast_of(config, TrainRows(64, tuple(range(60, 124)), rows_scaled=rows_scaled), 1, card, found)
     return json.loads(json.dumps(made.as_json(), default=str))
 
 
@@ -281,13 +281,17 @@ def test_after_train_checked_the_hook_takes_the_forecast_from_trains_record_of_t
     ("seconds", "said"),
     [
         (0.0412, "0.041 s"),  # a small run on a large card
+        (0.996, "1.00 s"),  # each band chosen on the figure as rounded
         (1.236, "1.24 s"),  # the measure's fastest and slowest timed steps on a small run
+        (9.996, "10.0 s"),
         (12.0, "12.0 s"),
-        (119.96, "120.0 s"),
+        (119.96, "2 min 00 s"),
         (150.0, "2 min 30 s"),
         (179.6, "3 min 00 s"),  # rounded before it is split: the old summary said "2 min 60 s"
         (7199.0, "119 min 59 s"),
+        (7199.6, "2.00 h"),
         (9000.0, "2.50 h"),
+        (float("nan"), "not known"),  # a rate file can carry NaN
     ],
 )
 def test_every_output_says_a_time_one_way(seconds: float, said: str):

@@ -82,6 +82,7 @@ class StepTimes:
     # what transformers' DefaultFlowCallback makes the real run do over its steps: saves, evaluations
     run_events: Mapping[str, int] = field(default_factory=dict)
     cpu_share: float | None = None  # process CPU seconds / wall seconds over the timed steps (CPU devices)
+    micro_batches: tuple[int, ...] = ()  # the forward + backward passes of each step, in order
 
     @property
     def timed(self) -> tuple[float, ...]:
@@ -173,6 +174,7 @@ def run_steps(
             shapes_why=clock["shapes_why"],
             run_events=clock["run_events"],
             cpu_share=clock["cpu_share"],
+            micro_batches=tuple(clock["micro_batches"]),
         )
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -273,8 +275,10 @@ def measured_forecast(forecast: Any, times: StepTimes, steps_asked: int) -> dict
     step = forecast.found_step
     if timed_tokens > 0:
         result["timed_tokens"] = timed_tokens
-        # what --rate-from compares another run's micro-batches with (carried_forecast)
-        result["micro_batch_tokens"] = timed_tokens / (len(timed) * forecast.work.accumulation)
+        # what --rate-from compares another run's micro-batches with (carried_forecast): the timed steps' own
+        # micro-batches, as the trainer ran them (an epoch's last step may take fewer than the accumulation)
+        micro_batches = sum(times.micro_batches[1:]) or len(timed) * forecast.work.accumulation
+        result["micro_batch_tokens"] = timed_tokens / micro_batches
         if step is not None:
             # the timed steps are random batches of the run: the run's own FLOPs per token (attention at its
             # batches' lengths, run.py); the shapes are one batch at its one padded length
@@ -384,7 +388,7 @@ def carried_forecast(forecast: Any, fit: Mapping[str, Any], source: str) -> dict
         return {"made": False, "why": "no FLOPs counted for this run (the forecast's notes say why)"}
     micro = float(fit["overhead_seconds_per_micro_batch"])
     per_update = max(float(fit["overhead_seconds_per_step"]) - float(fit["accumulation"]) * micro, 0.0)
-    micro_batches = work.steps * work.accumulation
+    micro_batches = work.micro_batches_per_rank
     rate, warmup = float(fit["marginal_flops_per_s"]), float(fit.get("warmup_seconds") or 0.0)
     attention_rate = fit.get("attention_flops_per_s")
     rates = Rates(rate, float(attention_rate or rate), micro, apart=bool(attention_rate) and attention_rate != rate)
@@ -414,9 +418,9 @@ def _size_note(forecast: Any, measured_tokens: float | None) -> str | None:
     CPU's down as activations leave its caches: docs/forecast.md#what-it-was-measured-against); None where
     they are alike or a size is not known (a rate file from before the measure wrote it)."""
     work, tokens = forecast.work, forecast.tokens
-    if not measured_tokens or tokens is None or not work.steps:
+    if not measured_tokens or tokens is None or not work.micro_batches_per_rank:
         return None
-    run_tokens = tokens.total / (work.steps * work.accumulation * work.world_size)
+    run_tokens = tokens.total / (work.micro_batches_per_rank * work.world_size)
     if 1 / SIZE_APART <= run_tokens / measured_tokens <= SIZE_APART:
         return None
     return (
@@ -569,6 +573,8 @@ def _child(config_file: str, clock_file: str) -> None:
             self.shapes: list[tuple[int, float]] = []
             self.shapes_why: str | None = None
             self.run_events: dict[str, int] = {}
+            self.micro_batches: list[int] = []
+            self.substeps = 0
 
         def _event(self, name: str) -> float:
             now = time.perf_counter()
@@ -584,10 +590,15 @@ def _child(config_file: str, clock_file: str) -> None:
         def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             self._event("step_begin")
 
+        def on_substep_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.substeps += 1  # a micro-batch that is not its step's last (transformers' Trainer._inner_loop)
+
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             self.ends.append(self._event("step_end"))
             self.cpu.append(time.process_time())
             self.tokens.append(int(state.num_input_tokens_seen))
+            self.micro_batches.append(self.substeps + 1)
+            self.substeps = 0
 
         def on_log(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             self._event("log")
@@ -632,6 +643,7 @@ def _child(config_file: str, clock_file: str) -> None:
                 "shapes_why": clock.shapes_why,
                 "run_events": clock.run_events,
                 "cpu_share": (clock.cpu[-1] - clock.cpu[0]) / wall if wall > 0 else None,
+                "micro_batches": clock.micro_batches,
             }
         ),
         encoding="utf-8",

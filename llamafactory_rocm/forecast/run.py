@@ -62,6 +62,32 @@ class Forecast:
         }
 
 
+@dataclass(frozen=True)
+class TrainRows:
+    """What LLaMA-Factory's data pipeline gave the dry run's train split, as the forecast reads it (``of``: from
+    lf/dry_parts.py DryRun, the one place its fields are named)."""
+
+    rows: int  # after max_samples, val_size and packing
+    lengths: tuple[int, ...] | None  # each row's tokens as tokenized; None where not read
+    data_stage: str | None = "sft"  # whose collator pads them (tokens.py PAD_MULTIPLE)
+    sampled: bool = False  # the lengths are of a sample of the rows
+    rows_scaled: tuple[int, int, int] | None = None  # (made, of rows read, full split): the steps are estimated
+    pair_tokens: tuple[int, ...] | None = None  # dpo/kto: both sequences' tokens of each row, not padded
+    kl_lengths: tuple[int, ...] | None = None  # kto: the KL rows' lengths
+
+    @classmethod
+    def of(cls, dry: Any) -> TrainRows:
+        return cls(
+            rows=dry.rows["train"],
+            lengths=dry.train_lengths,
+            data_stage=dry.data_stage,
+            sampled=dry.rows_estimated,
+            rows_scaled=dry.train_rows_scaled,
+            pair_tokens=dry.train_pair_tokens,
+            kl_lengths=dry.train_kl_lengths,
+        )
+
+
 def card_of(catalogue: Any, alias: str | None, device_names: list[str]) -> Card | None:
     """The card: the catalogue product the target names (``alias``: machine/catalogue.py ``Catalogue.gpu``), else
     the product whose name the device's is."""
@@ -104,16 +130,8 @@ def forecast_for(
         seen = "; ".join(dry.not_checked) or "LLaMA-Factory's data pipeline did not run here: see the findings"
         return NoForecast(f"the dry run counted no train rows ({seen})")
     config, card = resolution.config, card_of(ctx.catalogue, alias, [d.name for d in ctx.snapshot.devices])
-    args = (dry.rows["train"], dry.train_lengths, dry.rows_estimated, dry.data_stage, world_size, card, dry.forecast)
     try:
-        forecast = forecast_of(
-            config,
-            *args,
-            price=asked.price,
-            rows_scaled=dry.train_rows_scaled,
-            pair_tokens=dry.train_pair_tokens,
-            kl_lengths=dry.train_kl_lengths,
-        )
+        forecast = forecast_of(config, TrainRows.of(dry), world_size, card, dry.forecast, price=asked.price)
         if asked.cards:
             add_cards(forecast, config, asked.price, peak_gib)
     except Exception as exc:  # the hook asks at every launch: a forecast bug must not stop a run
@@ -131,19 +149,16 @@ def forecast_for(
 
 def forecast_of(
     config: Mapping[str, Any],
-    rows: int,
-    lengths: tuple[int, ...] | None,
-    sampled: bool,
-    data_stage: str | None,
+    train: TrainRows,
     world_size: int,
     card: Card | None,
     found: Mapping[str, Any],
     price: float | None = None,
-    rows_scaled: tuple[int, int, int] | None = None,
-    pair_tokens: tuple[int, ...] | None = None,
-    kl_lengths: tuple[int, ...] | None = None,
 ) -> Forecast:
-    """The forecast from the dry run's findings (rows, lengths, ``found``: the FLOPs hook's) and the config."""
+    """The forecast from the dry run's findings (``train``: its rows and lengths; ``found``: the FLOPs hook's)
+    and the config."""
+    rows, lengths, data_stage, sampled = train.rows, train.lengths, train.data_stage, train.sampled
+    rows_scaled, pair_tokens, kl_lengths = train.rows_scaled, train.pair_tokens, train.kl_lengths
     from transformers import TrainingArguments
 
     defaults = {f.name: f.default for f in TrainingArguments.__dataclass_fields__.values()}

@@ -122,8 +122,7 @@ def run_tokens(
             cache[len(rows)] = (sequences * mean, sequences * sequences * variance, sequences * squares)
         return cache[len(rows)]
 
-    full_epochs, steps_left = divmod(work.steps, work.steps_per_epoch)
-    last_batches = min(steps_left * work.accumulation, work.batches_per_rank)
+    full_epochs, last_batches = work.epochs_run()
     total = real = variance = squares = 0.0
     for rank in work.batches:
         for i, rows in enumerate(rank):

@@ -34,6 +34,19 @@ class Work:
     # (lf/dry_parts.py DryRun.train_rows_scaled): the steps are an estimate; None where they are exact
     rows_scaled: tuple[int, int, int] | None = None
 
+    def epochs_run(self) -> tuple[int, int]:
+        """(whole epochs, micro-batches of the last one) the trainer's loop walks each rank's dataloader for: an
+        epoch's last step takes the micro-batches left (fewer than the accumulation where they do not divide),
+        and ``max_steps`` can end the run inside an epoch."""
+        whole, steps_left = divmod(self.steps, self.steps_per_epoch) if self.steps_per_epoch else (0, 0)
+        return whole, min(steps_left * self.accumulation, self.batches_per_rank)
+
+    @property
+    def micro_batches_per_rank(self) -> int:
+        """The forward + backward passes each rank runs (not ``steps x accumulation``: see ``epochs_run``)."""
+        whole, last = self.epochs_run()
+        return whole * self.batches_per_rank + last
+
     def as_json(self) -> dict[str, Any]:
         return {
             "exact": self.rows_scaled is None,
