@@ -27,6 +27,11 @@ CASES = {
         max_steps=-1, num_train_epochs=2.5, per_device_train_batch_size=3, gradient_accumulation_steps=4
     ),
     "max-steps-across-epochs": dict(max_steps=11, per_device_train_batch_size=5, gradient_accumulation_steps=3),
+    # the run ends inside its first epoch: its last epoch's micro-batches are the steps', not the epoch's.
+    # Unshuffled, so its 8 batches' tokens are exact (shuffled, 24 rows of 64 put one sd of the count at 7%)
+    "max-steps-within-an-epoch": dict(
+        max_steps=4, per_device_train_batch_size=3, gradient_accumulation_steps=2, disable_shuffling=True
+    ),
     "packing": dict(max_steps=-1, num_train_epochs=2.0, packing=True, per_device_train_batch_size=2),
     "max-samples-val-size": dict(
         max_steps=-1,
