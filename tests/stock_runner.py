@@ -42,9 +42,9 @@ for case in json.load(open(manifest)):
         class Passes(TrainerCallback):
             count = 0
             def on_substep_end(self, *args, **kwargs):
-                Passes.count += 1
+                self.count += 1
             def on_step_end(self, *args, **kwargs):
-                Passes.count += 1
+                self.count += 1
         callbacks.append(Passes())
     try:
         with contextlib.redirect_stderr(err), counted:

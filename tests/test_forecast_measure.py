@@ -233,7 +233,7 @@ def test_why_no_rate_is_the_cause_not_the_end_to_end_rows_note():
     assert forecast.found_step is None
     note = "a tensor of the batch is not one per token: no end-to-end row timed, one rate"
     shapes = (("batch", 2, 8, 0.02), ("row", 1, 8, 0.01), ("batch", 2, 8, 0.021), ("row", 1, 8, 0.011))
-    times = StepTimes(0.0, (0.5, 0.6, 0.7), (20, 40, 60), "CPU", shapes=shapes, shapes_why=note)
+    times = StepTimes(0.0, (0.5, 0.6, 0.7), (20, 40, 60), "CPU", shapes=shapes, shapes_why=note, micro_batches=(1,) * 3)
     measured = measured_forecast(forecast, times, 3)
     assert measured["model"] == "seconds a step"
     assert measured["model_why"].startswith("no FLOPs counted"), measured["model_why"]

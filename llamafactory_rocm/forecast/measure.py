@@ -277,8 +277,9 @@ def measured_forecast(forecast: Any, times: StepTimes, steps_asked: int) -> dict
         result["timed_tokens"] = timed_tokens
         # what --rate-from compares another run's micro-batches with (carried_forecast): the timed steps' own
         # micro-batches, as the trainer ran them (an epoch's last step may take fewer than the accumulation)
-        micro_batches = sum(times.micro_batches[1:]) or len(timed) * forecast.work.accumulation
-        result["micro_batch_tokens"] = timed_tokens / micro_batches
+        micro_batches = sum(times.micro_batches[1:])
+        if micro_batches:
+            result["micro_batch_tokens"] = timed_tokens / micro_batches
         if step is not None:
             # the timed steps are random batches of the run: the run's own FLOPs per token (attention at its
             # batches' lengths, run.py); the shapes are one batch at its one padded length
