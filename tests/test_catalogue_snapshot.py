@@ -215,3 +215,52 @@ def test_the_serving_facts_are_the_published_lists_and_the_rules_read_them():
                 assert arch in section or arch[3:] in section or field == "rccl_env", (arch, field)
                 if field == "rccl_env":  # each setting as the facts page writes it
                     assert all(f"{k}={v}" in section for k, v in info.rccl_env.items()), section
+
+
+def _a3_rows() -> dict[str, list[str]]:
+    """docs/rocm-facts.md#a3's table: card -> its cells (CUs, FLOPS/clock/CU, clock, TFLOPS, status)."""
+    rows = {}
+    for line in _facts_section("a3").splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if line.startswith("| MI"):
+            rows[cells[0].lower()] = cells[1:]
+    return rows
+
+
+def _first_number(cell: str) -> float:
+    import re
+
+    return float(re.search(r"\d+(?:\.\d+)?", cell).group())
+
+
+def test_each_peak_is_the_docs_figure_with_the_kind_of_its_source():
+    """Every catalogue peak is docs/rocm-facts.md#a3's package figure (halved where the package is two GCDs,
+    two devices), its peak_source says the kind the table gives it, and a derived figure is the product of
+    the row's own factors."""
+    from llamafactory_rocm.forecast.cards import peak_kind
+
+    rows = _a3_rows()
+    kinds = {"primary": "AMD's figure", "derived": "derived from AMD's figures", "secondary": "secondary"}
+    peaks = [p for arch in load_catalogue().archs.values() for p in arch.products if p.peak_dense_bf16_tflops]
+    assert sorted(p.alias for p in peaks) == sorted(rows)
+    for product in peaks:
+        cus, per_cu, clock, figure, status = rows[product.alias]
+        devices = 2 if "per GCD" in cus else 1
+        package = _first_number(figure.split("=")[0])
+        assert product.peak_dense_bf16_tflops * devices == pytest.approx(package, rel=5e-4), product.alias
+        assert peak_kind(product.peak_source) == kinds[status], product.alias
+        assert "docs/rocm-facts.md#a3" in product.peak_source
+        if status == "derived":
+            made = _first_number(cus) * _first_number(per_cu) * _first_number(clock) / 1000
+            assert made == pytest.approx(package, rel=5e-4), product.alias
+
+
+def test_a_peak_without_its_source_is_refused():
+    from pydantic import ValidationError
+
+    from llamafactory_rocm.machine.catalogue import Product
+
+    with pytest.raises(ValidationError, match="go together"):
+        Product(name="AMD Instinct MI300X", alias="mi300x", vram_gib=192, peak_dense_bf16_tflops=1307.4)
+    with pytest.raises(ValidationError, match="go together"):
+        Product(name="AMD Radeon RX 7900 XTX", alias="rx7900xtx", vram_gib=24, peak_source="AMD: nowhere")

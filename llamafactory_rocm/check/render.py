@@ -9,6 +9,7 @@ from typing import Any
 
 from ..console import duration
 from ..findings import Level
+from ..forecast.cards import peak_kind
 from ..machine.snapshot import Snapshot
 from ..rules.memory_fit import BUDGET
 from .run import Report
@@ -110,8 +111,8 @@ def forecast_lines(f: Any) -> list[str]:
         lines.append(f"  FLOPs: {f.run_flops:.3g} for the run ({f.flops_note})")
     if f.card is not None and f.card.peak_tflops:
         lines.append(
-            f"  card: {f.card.alias} x {f.gpus}, peak dense bf16 {f.card.peak_tflops:g} TFLOPS (the catalogue's, "
-            "archs.json; its sources in docs/forecast.md#peaks)"
+            f"  card: {f.card.alias} x {f.gpus}, peak dense bf16 {f.card.peak_tflops:g} TFLOPS "
+            f"({peak_kind(f.card.peak_source)}; docs/rocm-facts.md#a3, --json has the whole source)"
         )
     if f.hours is not None and f.fraction is not None:
         fr = f.fraction

@@ -42,6 +42,22 @@ class Card:
     peak_source: str
 
 
+NO_PEAK = "none found: docs/rocm-facts.md#a3"
+
+
+def card_for(product: Any) -> Card:
+    """A catalogue product as the forecast's card: its peak with that peak's own source (AMD's, derived from
+    AMD's, or secondary: machine/catalogue.py ``Product.peak_source``)."""
+    return Card(product.alias, product.peak_dense_bf16_tflops, product.peak_source or NO_PEAK)
+
+
+def peak_kind(source: str | None) -> str:
+    """What kind of figure a peak is, as its catalogue peak_source starts: "AMD's figure", "derived from AMD's
+    figures" or "secondary"."""
+    kind = (source or NO_PEAK).split(":", 1)[0]
+    return "AMD's figure" if kind == "AMD" else kind
+
+
 def estimated_peak_gib(config: Mapping[str, Any], world_size: int) -> float | None:
     """The memory estimate's peak GiB per device from the checkpoint's config.json shape (lf/memory.py
     ``estimate_config``); None where unknown. Only where the check made no estimate of its own: the memory
@@ -77,7 +93,7 @@ def card_rows(forecast: Any, catalogue: Any, peak_gib: float | None, price: floa
         for product in arch.products:
             if product.alias in {r["card"] for r in rows} or product.name in {r["name"] for r in rows}:
                 continue  # one device under two aliases (strixhalo, ryzenaimax395): listed once
-            card = Card(product.alias, product.peak_dense_bf16_tflops, arch.sources.get("peak_dense_bf16_tflops", ""))
+            card = card_for(product)
             on_card = dataclasses.replace(
                 forecast, card=card, notes=[], hours=None, hours_at_peak=None, fraction=None, price=None, cost=None
             )

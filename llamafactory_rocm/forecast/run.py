@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..lf.work import Work, optimizer_steps
-from .cards import Card, add_cards, time_and_cost
+from .cards import Card, add_cards, card_for, time_and_cost
 from .flops import request
 from .tokens import PAD_MULTIPLE, SEQUENCES_PER_ROW, Tokens, run_tokens
 
@@ -100,9 +100,7 @@ def card_of(catalogue: Any, alias: str | None, device_names: list[str]) -> Card 
                     found = (product, arch)
     if found is None:
         return None
-    product, arch = found
-    source = arch.sources.get("peak_dense_bf16_tflops", "no peak figure in the catalogue")
-    return Card(product.alias, product.peak_dense_bf16_tflops, source)
+    return card_for(found[0])
 
 
 @dataclass(frozen=True)

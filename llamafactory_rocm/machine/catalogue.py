@@ -34,6 +34,16 @@ class Product(BaseModel):
         default=None,
         description="peak dense bf16 matrix throughput of ONE device as torch sees it (the forecast's ceiling)",
     )
+    peak_source: str | None = Field(
+        default=None,
+        description="where the peak comes from, said with it: AMD's figure, derived from AMD's, or secondary",
+    )
+
+    @model_validator(mode="after")
+    def _peak_has_source(self) -> Product:
+        if (self.peak_dense_bf16_tflops is None) != (self.peak_source is None):
+            raise ValueError(f"{self.alias}: peak_dense_bf16_tflops and peak_source go together")
+        return self
 
 
 class FlashAttention(BaseModel):

@@ -29,6 +29,7 @@ from transformers import TrainerCallback
 
 from ..check.record import RECORD_STEM, add_run
 from ..console import duration, say
+from ..forecast.cards import peak_kind
 from .board import log_lines
 
 TRAIN_RUNTIME = "transformers' train_runtime"
@@ -148,7 +149,8 @@ NO_TIME = "no time was forecast (the launch record's forecast notes say why)"
 def _forecast_time(f: Mapping[str, Any]) -> dict[str, Any]:
     """The forecast's time for the run with its source (forecast/cards.py ``time_and_cost``), or why there is none."""
     card, fraction = f.get("card") or {}, f.get("achieved_fraction")
-    peak = f"peak dense bf16 {card.get('peak_tflops')} TFLOPS (the catalogue's, docs/forecast.md#peaks)"
+    kind = peak_kind(card.get("peak_source"))
+    peak = f"peak dense bf16 {card.get('peak_tflops')} TFLOPS ({kind}; docs/rocm-facts.md#a3)"
     where = f"{card.get('alias')} x {f.get('gpus')}, {peak}"
     if f.get("hours") and fraction:
         low, high = f["hours"]
