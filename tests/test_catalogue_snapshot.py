@@ -262,5 +262,8 @@ def test_a_peak_without_its_source_is_refused():
 
     with pytest.raises(ValidationError, match="go together"):
         Product(name="AMD Instinct MI300X", alias="mi300x", vram_gib=192, peak_dense_bf16_tflops=1307.4)
+    with pytest.raises(ValidationError, match="go together"):  # a source with no date
+        Product(name="AMD Instinct MI300X", alias="mi300x", vram_gib=192, peak_dense_bf16_tflops=1307.4,
+                peak_source="AMD: ROCm docs")  # fmt: skip
     with pytest.raises(ValidationError, match="go together"):
         Product(name="AMD Radeon RX 7900 XTX", alias="rx7900xtx", vram_gib=24, peak_source="AMD: nowhere")

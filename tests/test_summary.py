@@ -299,3 +299,17 @@ def test_every_output_says_a_time_one_way(seconds: float, said: str):
     from llamafactory_rocm.console import duration
 
     assert duration(seconds) == said
+
+
+@pytest.mark.parametrize(("alias", "kind"), [("mi300x", "AMD's figure"), ("mi250x", "derived from AMD's figures")])
+def test_the_forecast_time_says_what_kind_of_peak_it_rests_on(tmp_path: Path, alias: str, kind: str) -> None:
+    """The summary's time names the catalogue card's peak with its kind and date (the launch record keeps the
+    card's whole source), as `check --forecast` does."""
+    from llamafactory_rocm.forecast.cards import card_for
+    from llamafactory_rocm.machine.catalogue import load_catalogue
+
+    product, _ = load_catalogue().gpu(alias)
+    made = forecast_json(card_for(product))
+    assert made["card"]["peak_source"] == product.peak_source
+    got = rows(format_summary(make_summary(tmp_path, global_step=16, forecast=made)))["forecast time"]
+    assert f"peak dense bf16 {product.peak_dense_bf16_tflops} TFLOPS ({kind}, {product.peak_date}; " in got

@@ -112,7 +112,7 @@ def forecast_lines(f: Any) -> list[str]:
     if f.card is not None and f.card.peak_tflops:
         lines.append(
             f"  card: {f.card.alias} x {f.gpus}, peak dense bf16 {f.card.peak_tflops:g} TFLOPS "
-            f"({peak_kind(f.card.peak_source)}; docs/rocm-facts.md#a3, --json has the whole source)"
+            f"({peak_kind(f.card.peak_source, f.card.peak_date)}; docs/rocm-facts.md#a3, --json has the whole source)"
         )
     if f.hours is not None and f.fraction is not None:
         fr = f.fraction

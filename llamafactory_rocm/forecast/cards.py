@@ -40,6 +40,7 @@ class Card:
     alias: str
     peak_tflops: float | None
     peak_source: str
+    peak_date: str | None = None
 
 
 NO_PEAK = "none found: docs/rocm-facts.md#a3"
@@ -48,14 +49,15 @@ NO_PEAK = "none found: docs/rocm-facts.md#a3"
 def card_for(product: Any) -> Card:
     """A catalogue product as the forecast's card: its peak with that peak's own source (AMD's, derived from
     AMD's, or secondary: machine/catalogue.py ``Product.peak_source``)."""
-    return Card(product.alias, product.peak_dense_bf16_tflops, product.peak_source or NO_PEAK)
+    return Card(product.alias, product.peak_dense_bf16_tflops, product.peak_source or NO_PEAK, product.peak_date)
 
 
-def peak_kind(source: str | None) -> str:
-    """What kind of figure a peak is, as its catalogue peak_source starts: "AMD's figure", "derived from AMD's
-    figures" or "secondary"."""
+def peak_kind(source: str | None, date: str | None = None) -> str:
+    """What kind of figure a peak is, as its catalogue peak_source starts ("AMD's figure", "derived from AMD's
+    figures" or "secondary"), with its source's date."""
     kind = (source or NO_PEAK).split(":", 1)[0]
-    return "AMD's figure" if kind == "AMD" else kind
+    kind = "AMD's figure" if kind == "AMD" else kind
+    return f"{kind}, {date}" if date else kind
 
 
 def estimated_peak_gib(config: Mapping[str, Any], world_size: int) -> float | None:

@@ -39,10 +39,15 @@ class Product(BaseModel):
         description="where the peak comes from, said with it: AMD's figure, derived from AMD's, or secondary",
     )
 
+    peak_date: str | None = Field(
+        default=None, description="the date of the peak's source (a document's date, or when it was read)"
+    )
+
     @model_validator(mode="after")
     def _peak_has_source(self) -> Product:
-        if (self.peak_dense_bf16_tflops is None) != (self.peak_source is None):
-            raise ValueError(f"{self.alias}: peak_dense_bf16_tflops and peak_source go together")
+        given = {self.peak_dense_bf16_tflops is None, self.peak_source is None, self.peak_date is None}
+        if len(given) > 1:
+            raise ValueError(f"{self.alias}: peak_dense_bf16_tflops, peak_source and peak_date go together")
         return self
 
 

@@ -149,7 +149,7 @@ NO_TIME = "no time was forecast (the launch record's forecast notes say why)"
 def _forecast_time(f: Mapping[str, Any]) -> dict[str, Any]:
     """The forecast's time for the run with its source (forecast/cards.py ``time_and_cost``), or why there is none."""
     card, fraction = f.get("card") or {}, f.get("achieved_fraction")
-    kind = peak_kind(card.get("peak_source"))
+    kind = peak_kind(card.get("peak_source"), card.get("peak_date"))
     peak = f"peak dense bf16 {card.get('peak_tflops')} TFLOPS ({kind}; docs/rocm-facts.md#a3)"
     where = f"{card.get('alias')} x {f.get('gpus')}, {peak}"
     if f.get("hours") and fraction:
