@@ -239,7 +239,14 @@ def test_the_runs_flops_equal_torchs_count_of_the_stock_run(tiny_model, tmp_path
         configs[name] = config
         (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(config))
         cases.append({"id": name, "dir": str(tmp_path), "args": [str(tmp_path / f"{name}.yaml")], "flops": True})
+    # dpo's again with the trainer counting the tokens that are not padding (each micro-batch's attention_mask
+    # summed: both sequences of each pair): the oracle of the forecast's tokens that are not padding
+    name = "dpo-lora-non-padding"
+    paired = {**configs["dpo-lora"], "output_dir": str(tmp_path / name), "include_num_input_tokens_seen": "non_padding"}
+    (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(paired))
+    cases.append({"id": name, "dir": str(tmp_path), "args": [str(tmp_path / f"{name}.yaml")]})
     results, proc = run_alone(cases, tmp_path, hook_off_env(tmp_path), name="flops", timeout=900)
+    forecasts = {}
     for name, config in configs.items():
         assert results.get(name, {}).get("exit") == 0, (name, results.get(name), proc.stderr[-3000:])
         state = json.loads((tmp_path / name / "trainer_state.json").read_text())
@@ -251,3 +258,10 @@ def test_the_runs_flops_equal_torchs_count_of_the_stock_run(tiny_model, tmp_path
         stock = results[name]["flops"]
         print(f"STOCK FLOPS {name}: {forecast.run_flops:.6g} forecast, {stock:.6g} stock, {forecast.tokens.total:,}")
         assert forecast.run_flops == pytest.approx(results[name]["flops"], rel=1e-4), name
+        forecasts[name] = (forecast.tokens, state["num_input_tokens_seen"])
+    assert results["dpo-lora-non-padding"]["exit"] == 0, results["dpo-lora-non-padding"]
+    state = json.loads((tmp_path / "dpo-lora-non-padding" / "trainer_state.json").read_text())
+    tokens, every = forecasts["dpo-lora"]
+    print(f"DPO not padding: {tokens.real:,} forecast, {state['num_input_tokens_seen']:,} stock, of {every:,}")
+    assert tokens.real == state["num_input_tokens_seen"]
+    assert tokens.padding_share == pytest.approx(1 - state["num_input_tokens_seen"] / every, rel=1e-9)
