@@ -14,6 +14,7 @@ from llamafactory_rocm.findings import Level
 from llamafactory_rocm.forecast.cards import add_cards
 from llamafactory_rocm.forecast.flops import requested
 from llamafactory_rocm.forecast.run import Forecast
+from llamafactory_rocm.machine.catalogue import load_catalogue
 from tests.conftest import tiny_train_config
 from tests.test_planning import llama3_8b_folder
 
@@ -52,6 +53,14 @@ def test_fits_is_the_memory_rules_verdict_and_cheapest_comes_first(eight_b_confi
     assert "no time: no peak dense bf16 figure for rx7900xtx" in text
     assert "at least" in text  # mi250: a lower bound, said to be one
 
+    # one price for every card (--price): among the cards that fit with a lower bound (100% of peak), the run's
+    # FLOPs cost least on the card of the highest peak (the catalogue's figures), so that card comes first
+    add_cards(forecast, report.config, 2.0)
+    peaks = {p.alias: p.peak_dense_bf16_tflops for arch in load_catalogue().archs.values() for p in arch.products}
+    bounds = [r["card"] for r in forecast.cards if r["fits"] and not r["hours"] and r["hours_at_peak"]]
+    assert len({peaks[card] for card in bounds}) >= 2, bounds
+    assert [peaks[card] for card in bounds] == sorted((peaks[card] for card in bounds), reverse=True), bounds
+
 
 @pytest.mark.parametrize("finetuning_type", ["full", "freeze"])
 def test_the_cards_are_judged_by_the_checks_own_memory_estimate(eight_b_config: dict, finetuning_type: str):
@@ -87,3 +96,40 @@ def test_checkpointing_off_is_forecast_as_the_check_of_that_config(tiny_model: P
     assert "packing: true" in report_text(report)
     add_cards(changed.forecast, changed.config, None)
     assert changed.forecast.faster == [packing]  # checkpointing is off already
+
+
+def test_checkpointing_off_keeps_dpos_reference_forward(tiny_model: Path, tmp_path: Path):
+    """dpo (LoRA): each step also runs the reference forward without gradients, which recomputes nothing. The
+    faster setting's FLOPs bound those of the check of the changed config, whose own dry run counts the policy's
+    step without checkpointing and the reference forward; the reference's FLOPs stay in them."""
+    from tests.test_forecast_flops import uneven_pairs
+
+    config = tiny_train_config(
+        tiny_model, tmp_path / "out", stage="dpo", dataset="pairs", dataset_dir=str(uneven_pairs(tmp_path / "pairs")),
+        max_samples=24, cutoff_len=1024, bf16=True,
+    )  # fmt: skip
+    with requested():
+        report = check_config(config, gpu="mi300x")
+        changed = check_config({**config, "disable_gradient_checkpointing": True}, gpu="mi300x")
+    assert report.forecast.forward_only_flops > 0  # the reference forward is counted
+    add_cards(report.forecast, report.config, None)
+    off = next(c for c in report.forecast.faster if c["change"] == {"disable_gradient_checkpointing": True})
+    print(f"DPO checkpointing off: {off['run_flops']:.6g} bound, {changed.forecast.run_flops:.6g} checked")
+    assert changed.forecast.run_flops <= off["run_flops"] <= 1.035 * changed.forecast.run_flops
+    assert off["run_attention_flops"] == pytest.approx(changed.forecast.run_attention_flops, rel=1e-9)
+
+
+def test_a_card_over_the_memory_rules_budget_is_said_not_to_fit(eight_b_config: dict):
+    """At cutoff 512 the estimate (19.1 GiB here) is within the 20 GiB rx7900xt's memory but over the memory
+    rule's budget of it (MEMORY_OVER_BUDGET when the check is planned for that card): it does not fit; the
+    24 GiB rx7900xtx, where the rule finds neither, fits."""
+    config = {**eight_b_config, "cutoff_len": 512}
+    with requested():
+        report = check_config(config, gpu="rx7900xtx")
+    codes = {f.code for f in report.findings}
+    assert "MEMORY_OVER_BUDGET" not in codes and "MEMORY_OVER_DEVICE" not in codes
+    planned = {f.code for f in check_config(config, gpu="rx7900xt").findings}
+    assert "MEMORY_OVER_BUDGET" in planned and "MEMORY_OVER_DEVICE" not in planned
+    add_cards(report.forecast, report.config, None)
+    rows = {row["card"]: row for row in report.forecast.cards}
+    assert rows["rx7900xtx"]["fits"] is True and rows["rx7900xt"]["fits"] is False

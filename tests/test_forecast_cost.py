@@ -77,3 +77,31 @@ def test_a_forecast_that_fails_is_said_and_never_stops_the_check(monkeypatch):
         made = run.forecast_for(dry, SimpleNamespace(config=CONFIG), ctx, "mi300x", 1)
     said = "the forecast failed here, a bug to report: ZeroDivisionError: a bug"
     assert made.as_json() == {"made": False, "why": said}
+
+
+def test_a_run_of_one_peak_hours_flops_takes_one_gpu_hour_on_any_number_of_gpus():
+    """The units and the GPU count, by a hand count: 8 rows of 512 tokens (no padding: 512 is a multiple of 8)
+    at (forward + backward) / (2 x 512) FLOPs a token make 4 x (forward + backward) FLOPs, here the mi250's
+    peak (archs.json, read here) x 3600 s: one hour at 100% of peak on one GPU, half an hour on two (2 ranks of
+    2 batches each: the same batches), and one GPU-hour, so one GPU-hour's price, either way."""
+    import json
+    from pathlib import Path
+
+    import llamafactory_rocm
+
+    archs = json.loads((Path(llamafactory_rocm.__file__).parent / "catalogue" / "archs.json").read_text("utf-8"))
+    peak = next(p["peak_dense_bf16_tflops"] for a in archs["archs"].values() for p in a["products"]
+                if p["alias"] == "mi250")  # fmt: skip
+    one_hour = round(peak * 1e12 * 3600)
+    step = StepFlops(forward=one_hour // 12, backward=one_hour // 6, recompute=0, sequences=2, length=512)
+    assert 4 * step.total == one_hour
+    card = card_of(load_catalogue(), "mi250", [])
+    said = {}
+    for gpus in (1, 2):
+        f = forecast_of(CONFIG, TrainRows(8, (512,) * 8), gpus, card, {"step_flops": step}, price=3.0)
+        assert f.run_flops == pytest.approx(one_hour, rel=1e-12) and f.tokens.padding_share == 0
+        said[gpus] = (f.hours_at_peak, f.cost, "\n".join(forecast_lines(f)))
+    assert said[1][0] == pytest.approx(1.0) and said[2][0] == pytest.approx(0.5)
+    assert said[1][1] == pytest.approx((3.0, 3.0)) and said[2][1] == pytest.approx((3.0, 3.0))
+    assert "time: at least 60 min 00 s" in said[1][2] and "time: at least 30 min 00 s" in said[2][2]
+    assert "cost: $3.00 to $3.00 at $3 per GPU-hour" in said[2][2]
