@@ -259,3 +259,95 @@ def test_the_end_to_end_row_is_left_out_where_it_cannot_run_as_the_run_does():
     assert "packed segments" in _no_end_to_end(llama, segments, 4, 32, 128)
     pixels = {**batch, "pixel_values": torch.zeros(4, 3, 8, 8)}
     assert "not one per token" in _no_end_to_end(llama, pixels, 4, 32, 128)
+
+
+def _timed_by_a_known_machine(forecast, *, per_update: float, per_pass: float, rate: float, warmup: float,
+                              epoch_start: float, steps: int = 4, shape_pass: float | None = None):  # fmt: skip
+    """The clock of a measure on a machine whose times are known: each optimizer step takes ``per_update`` plus,
+    for each of its micro-batches, ``per_pass`` and the micro-batch's FLOPs at ``rate``; the first step also
+    ``warmup`` and the first epoch's start (``epoch_start`` from on_epoch_begin to the first batch, beyond a
+    step's fetch); the shapes' passes take ``shape_pass`` (default ``per_pass``) and their FLOPs at ``rate``.
+    ``forecast``'s rows are all 64 tokens long (no padding), its batches full: each micro-batch holds batch x 64
+    tokens."""
+    from llamafactory_rocm.forecast.measure import StepTimes
+
+    work, step = forecast.work, forecast.found_step
+    tokens = work.per_device_batch * 64 * work.accumulation  # a step's, every micro-batch full
+    flops_a_token = step.total / (step.sequences * step.length)  # no attention kernel counted: one rate
+    seconds = per_update + work.accumulation * per_pass + tokens * flops_a_token / rate
+    fetch, shape_pass = 0.001, per_pass if shape_pass is None else shape_pass
+    events, ends, now = [("begin", 0.0), ("epoch_begin", 0.0)], [], epoch_start + fetch
+    for i in range(steps):
+        events.append(("step_begin", now))
+        now += seconds - fetch + (warmup if i == 0 else 0.0)
+        events.append(("step_end", now))
+        ends.append(now)
+        now += fetch
+    shapes = []
+    for kind, rows in (("batch", work.per_device_batch), ("row", 1)):
+        shapes += [(kind, rows, 64, shape_pass + rows * 64 * flops_a_token / rate)] * 2
+    return StepTimes(0.0, tuple(ends), tuple(tokens * (i + 1) for i in range(steps)), "a known machine",
+                     events=tuple(events), shapes=tuple(shapes), shapes_why="no end-to-end row here",
+                     micro_batches=(work.accumulation,) * steps)  # fmt: skip
+
+
+def test_a_measure_on_a_machine_of_known_times_forecasts_them_back():
+    """The oracle is the machine's own times, counted by hand: a measured run of accumulation 2 (per-step and
+    per-micro-batch overheads told apart only where the steps have several micro-batches) gives back its own
+    run's time (steps, FLOPs, the first step's warm-up and epoch start, the later epoch's start), and
+    ``--rate-from`` carries it to a run of accumulation 3 whose epochs end on a short step: 10 rows in batches of
+    3 are 4 micro-batches an epoch (3, 3, 3 and 1 rows), 2 steps an epoch (3 micro-batches, then 1), 2 epochs: 4
+    steps and 8 micro-batches, not 4 x 3."""
+    from llamafactory_rocm.forecast.flops import StepFlops
+    from llamafactory_rocm.forecast.measure import carried_forecast, measured_forecast
+    from llamafactory_rocm.forecast.run import TrainRows, forecast_of
+
+    step = StepFlops(forward=10**9, backward=2 * 10**9, recompute=0, sequences=4, length=64)
+    per_update, per_pass, rate, warmup, epoch_start = 0.05, 0.02, 1e11, 0.7, 0.3
+    measured_config = {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 2, "num_train_epochs": 2.0}
+    # 32 rows: 8 micro-batches of 4 an epoch, 4 steps of 2 an epoch, 2 epochs: 8 steps, 16 micro-batches
+    mine = forecast_of(measured_config, TrainRows(32, (64,) * 32), 1, None, {"step_flops": step})
+    assert (mine.work.steps, mine.work.micro_batches_per_rank, mine.work.epochs) == (8, 16, 2)
+    times = _timed_by_a_known_machine(mine, per_update=per_update, per_pass=per_pass, rate=rate, warmup=warmup,
+                                      epoch_start=epoch_start)  # fmt: skip
+    measured = measured_forecast(mine, times, 4)
+    flops_a_token = 3 * 10**9 / 256
+    own = 8 * per_update + 16 * per_pass + 32 * 64 * 2 * flops_a_token / rate + warmup + 2 * epoch_start
+    assert measured["run_seconds"] == pytest.approx(own, rel=1e-6), measured["run_seconds_parts"]
+    assert measured["micro_batch_tokens"] == 4 * 64
+
+    other_config = {"per_device_train_batch_size": 3, "gradient_accumulation_steps": 3, "num_train_epochs": 2.0}
+    other = forecast_of(other_config, TrainRows(10, (64,) * 10), 1, None, {"step_flops": step})
+    carried = carried_forecast(other, measured, "rate.json")
+    # saves, evaluations and later epochs' starts are not carried (each is the measured run's own)
+    there = 4 * per_update + 8 * per_pass + 2 * 10 * 64 * flops_a_token / rate + warmup + epoch_start
+    assert carried["run_seconds"] == pytest.approx(there, rel=1e-6), carried["run_seconds_parts"]
+
+    # the shapes' passes (outside the trainer's loop) slower than a step's overhead a micro-batch, 60 ms against
+    # (50 + 2 x 20) / 2: the measure carried to its own config still gives back its own steps' time
+    slow = _timed_by_a_known_machine(mine, per_update=per_update, per_pass=per_pass, rate=rate, warmup=warmup,
+                                     epoch_start=epoch_start, shape_pass=0.06)  # fmt: skip
+    carried = carried_forecast(mine, measured_forecast(mine, slow, 4), "rate.json")
+    assert carried["run_seconds"] == pytest.approx(own - epoch_start, rel=1e-6), carried["run_seconds_parts"]
+
+
+@pytest.mark.parametrize(
+    ("batch", "ranks", "less_sure"),
+    [(4, 1, False), (1, 1, True), (16, 1, True), (6, 2, False)],
+)
+def test_micro_batches_far_from_the_measured_ones_size_make_the_time_less_sure(batch, ranks, less_sure):
+    """The measured micro-batches hold 4 rows of 64 tokens (256); this run's hold ``batch`` rows of 64 on each
+    of its ``ranks``: a quarter or 4 times the size is far, 1.5 times (6 rows, on each of 2 ranks) is not."""
+    from llamafactory_rocm.forecast.flops import StepFlops
+    from llamafactory_rocm.forecast.measure import carried_forecast, measured_forecast
+    from llamafactory_rocm.forecast.run import TrainRows, forecast_of
+
+    step = StepFlops(forward=10**9, backward=2 * 10**9, recompute=0, sequences=4, length=64)
+    config = {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 1, "num_train_epochs": 1.0}
+    mine = forecast_of(config, TrainRows(48, (64,) * 48), 1, None, {"step_flops": step})
+    times = _timed_by_a_known_machine(mine, per_update=0.05, per_pass=0.02, rate=1e11, warmup=0.5, epoch_start=0.1)
+    measured = measured_forecast(mine, times, 4)
+    rows = 48 * ranks  # whole batches on every rank
+    other = forecast_of({**config, "per_device_train_batch_size": batch}, TrainRows(rows, (64,) * rows), ranks,
+                        None, {"step_flops": step})  # fmt: skip
+    assert (carried_forecast(other, measured, "rate.json")["size_note"] is not None) is less_sure
