@@ -25,6 +25,7 @@ def test_a_card_with_a_published_fraction_gets_a_band_with_its_source_and_date()
     text = "\n".join(forecast_lines(f))
     assert "MLPerf Training v5.1" in text and "2025-11-13" in text  # the fraction's source and date
     assert "cliffcenter.com" in text and "2026-05-18" in text  # the price's
+    assert "a lower bound" not in text  # a band, from a published fraction
 
 
 def test_a_card_with_a_peak_but_no_fraction_gets_a_lower_bound_said_as_one():
@@ -105,3 +106,4 @@ def test_a_run_of_one_peak_hours_flops_takes_one_gpu_hour_on_any_number_of_gpus(
     assert said[1][1] == pytest.approx((3.0, 3.0)) and said[2][1] == pytest.approx((3.0, 3.0))
     assert "time: at least 60 min 00 s" in said[1][2] and "time: at least 30 min 00 s" in said[2][2]
     assert "cost: $3.00 to $3.00 at $3 per GPU-hour" in said[2][2]
+    assert "the cost is at 100% of peak: a lower bound" in said[2][2]  # the mi250 has no published fraction
