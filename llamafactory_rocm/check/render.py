@@ -101,7 +101,12 @@ def forecast_lines(f: Any) -> list[str]:
         )
     t = f.tokens
     if t is not None:
-        how = "exact (unshuffled)" if t.exact else f"expected over the shuffled batches, one sd {t.spread:,.0f}"
+        if t.exact:
+            how = "exact (unshuffled)"
+        elif t.shuffled:
+            how = f"expected over the shuffled batches, one sd {t.spread:,.0f}"
+        else:  # the file's own order, but only a sample's rows read: their batches are taken as random ones
+            how = f"expected as if the sample's rows met at random (unshuffled, not all read), one sd {t.spread:,.0f}"
         read = f"a sample of {t.sample_rows:,} rows" if t.sampled else f"all {t.sample_rows:,} rows"
         lines.append(
             f"  tokens: {t.total:,} with padding ({t.padding_share:.1%} padding), {t.per_step:,.0f} a step; "

@@ -44,6 +44,7 @@ class Tokens:
     sample_rows: int  # the rows whose lengths were read
     sampled: bool  # True when those rows are a sample of the train split (the dry run's rows_cap)
     exact: bool  # True where the batches' rows are known (no shuffling, every length read)
+    shuffled: bool = True  # the trainer's sampler shuffles (False: disable_shuffling)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -55,6 +56,7 @@ class Tokens:
             "lengths_read": self.sample_rows,
             "lengths_sampled": self.sampled,
             "exact": self.exact,
+            "shuffled": self.shuffled,
         }
 
 
@@ -142,4 +144,5 @@ def run_tokens(
         sample_rows=len(lengths),
         sampled=sampled,
         exact=exact,
+        shuffled=shuffled,
     )
