@@ -92,15 +92,14 @@ def card_of(catalogue: Any, alias: str | None, device_names: list[str]) -> Card 
     """The card: the catalogue product the target names (``alias``: machine/catalogue.py ``Catalogue.gpu``), else
     the product whose name the device's is."""
     found = catalogue.gpu(alias) if alias else None
-    if found is None:
+    product = found[0] if found else None
+    if product is None:
         names = {name.lower() for name in device_names}
         for arch in catalogue.archs.values():
-            for product in arch.products:
-                if product.name.lower() in names:
-                    found = (product, arch)
-    if found is None:
-        return None
-    return card_for(found[0])
+            for candidate in arch.products:
+                if candidate.name.lower() in names:
+                    product = candidate
+    return None if product is None else card_for(product)
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,6 @@ class Product(BaseModel):
         default=None,
         description="where the peak comes from, said with it: AMD's figure, derived from AMD's, or secondary",
     )
-
     peak_date: str | None = Field(
         default=None, description="the date of the peak's source (a document's date, or when it was read)"
     )
@@ -119,8 +118,7 @@ class ArchInfo(BaseModel):
             "sglang_rocm",
         )  # fmt: skip
         facts |= {name for name in optional if getattr(self, name)}  # a fact stated here needs its source
-        if any(p.peak_dense_bf16_tflops for p in self.products):
-            facts.add("peak_dense_bf16_tflops")
+        # (a product's peak carries its own source and date: Product._peak_has_source)
         missing = sorted(facts - set(self.sources))
         if missing:
             raise ValueError(f"{self.target}: no source for {', '.join(missing)}")
