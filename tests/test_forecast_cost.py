@@ -107,3 +107,14 @@ def test_a_run_of_one_peak_hours_flops_takes_one_gpu_hour_on_any_number_of_gpus(
     assert "time: at least 60 min 00 s" in said[1][2] and "time: at least 30 min 00 s" in said[2][2]
     assert "cost: $3.00 to $3.00 at $3 per GPU-hour" in said[2][2]
     assert "the cost is at 100% of peak: a lower bound" in said[2][2]  # the mi250 has no published fraction
+
+
+@pytest.mark.parametrize(("snapshot", "alias"), [("mi300x_8gpu", "mi300x"), ("mi250x", "mi250x"), ("cuda_h200", None)])
+def test_without_gpu_the_card_is_the_one_the_recorded_machine_reports(snapshot, alias):
+    """No --gpu: the card is the catalogue product whose name the probed device reports (recorded snapshots of
+    an 8-GPU MI300X node, an MI250X, and an NVIDIA H200 that no catalogue product is)."""
+    from tests.conftest import load_snapshot
+
+    names = [device.name for device in load_snapshot(snapshot).devices]
+    card = card_of(load_catalogue(), None, names)
+    assert (card.alias if card else None) == alias
