@@ -23,6 +23,9 @@ from pathlib import Path
 from typing import Any
 
 CAUSES_FILE = "causes.json"
+# each step of the launch may keep its own patterns beside it: lf/causes_<step>.json, read after causes.json
+# (the codes of one file are not repeated in another)
+CAUSES_GLOB = re.compile(r"^causes(_[a-z0-9_]+)?\.json$")
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,14 @@ class Cause:
 
 @lru_cache(maxsize=1)
 def patterns() -> dict[str, tuple[Pattern, ...]]:
-    raw = json.loads(resources.files(__package__).joinpath(CAUSES_FILE).read_text(encoding="utf-8"))
+    raw: dict[str, Any] = {}
+    names = sorted(e.name for e in resources.files(__package__).iterdir() if CAUSES_GLOB.match(e.name))
+    for name in sorted(names, key=lambda n: n != CAUSES_FILE):
+        found = json.loads(resources.files(__package__).joinpath(name).read_text(encoding="utf-8"))
+        repeated = (set(found) & set(raw)) - {"about"}
+        if repeated:
+            raise ValueError(f"lf/{name} repeats the codes {sorted(repeated)} of another causes file")
+        raw.update({k: v for k, v in found.items() if k != "about" or "about" not in raw})
     return {
         code: tuple(
             Pattern(
