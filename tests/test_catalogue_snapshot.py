@@ -218,12 +218,17 @@ def test_the_serving_facts_are_the_published_lists_and_the_rules_read_them():
 
 
 def _a3_rows() -> dict[str, list[str]]:
-    """docs/rocm-facts.md#a3's table: card -> its cells (CUs, FLOPS/clock/CU, clock, TFLOPS, status)."""
+    """docs/rocm-facts.md#a3's table: each alias of a row -> its cells (CUs, FLOPS/clock/CU, clock, TFLOPS,
+    status)."""
     rows = {}
-    for line in _facts_section("a3").splitlines():
+    lines = _facts_section("a3").splitlines()
+    table = lines[lines.index(next(line for line in lines if line.startswith("| alias |"))) + 2 :]
+    for line in table:
+        if not line.startswith("| "):
+            break
         cells = [c.strip() for c in line.strip("|").split("|")]
-        if line.startswith("| MI"):
-            rows[cells[0].lower()] = cells[1:]
+        for alias in cells[0].split(", "):
+            rows[alias] = cells[2:]
     return rows
 
 
@@ -234,25 +239,45 @@ def _first_number(cell: str) -> float:
 
 
 def test_each_peak_is_the_docs_figure_with_the_kind_of_its_source():
-    """Every catalogue peak is docs/rocm-facts.md#a3's package figure (halved where the package is two GCDs,
-    two devices), its peak_source says the kind the table gives it, and a derived figure is the product of
-    the row's own factors."""
+    """Every catalogue card is a row of docs/rocm-facts.md#a3's table; its peak is the row's package figure (halved
+    where the package is two GCDs, two devices), its peak_source says the kind the table gives it, and a derived
+    figure is the product of the row's own factors (compute units x FLOPS/clock/CU x clock). A card AMD publishes
+    no bf16 rate for has no peak and says so."""
     from llamafactory_rocm.forecast.cards import peak_kind
 
     rows = _a3_rows()
-    kinds = {"primary": "AMD's figure", "derived": "derived from AMD's figures", "secondary": "secondary"}
-    peaks = [p for arch in load_catalogue().archs.values() for p in arch.products if p.peak_dense_bf16_tflops]
-    assert sorted(p.alias for p in peaks) == sorted(rows)
-    for product in peaks:
+    kinds = {"primary": "AMD's figure", "derived": "derived from AMD's figures", "secondary": "secondary",
+             "none": "none published by AMD"}  # fmt: skip
+    products = [p for arch in load_catalogue().archs.values() for p in arch.products]
+    assert sorted(p.alias for p in products) == sorted(rows)
+    for product in products:
         cus, per_cu, clock, figure, status = rows[product.alias]
+        assert peak_kind(product.peak_source) == kinds[status], product.alias
+        assert "docs/rocm-facts.md#a3" in product.peak_source and product.peak_date, product.alias
+        if status == "none":
+            assert product.peak_dense_bf16_tflops is None, product.alias
+            continue
         devices = 2 if "per GCD" in cus else 1
         package = _first_number(figure.split("=")[0])
         assert product.peak_dense_bf16_tflops * devices == pytest.approx(package, rel=5e-4), product.alias
-        assert peak_kind(product.peak_source) == kinds[status], product.alias
-        assert "docs/rocm-facts.md#a3" in product.peak_source
         if status == "derived":
             made = _first_number(cus) * _first_number(per_cu) * _first_number(clock) / 1000
             assert made == pytest.approx(package, rel=5e-4), product.alias
+
+
+def test_every_radeon_preset_card_has_a_peak():
+    """The cards the Radeon presets name (each preset's first line) all have a peak: `check --cards` times them."""
+    import re
+
+    from llamafactory_rocm.resources import presets_dir
+
+    named = set()
+    for preset in presets_dir().glob("*.yaml"):
+        named |= set(re.findall(r"gpu=(\S+)", preset.read_text(encoding="utf-8").splitlines()[0]))
+    radeon = {"rx7900xtx", "w7900", "r9700", "rx9070xt", "rx7800xt", "strixhalo"}
+    assert radeon <= named
+    for alias in named:
+        assert load_catalogue().gpu(alias)[0].peak_dense_bf16_tflops, alias
 
 
 def test_a_peak_without_its_source_is_refused():
@@ -267,3 +292,11 @@ def test_a_peak_without_its_source_is_refused():
                 peak_source="AMD: ROCm docs")  # fmt: skip
     with pytest.raises(ValidationError, match="go together"):
         Product(name="AMD Radeon RX 7900 XTX", alias="rx7900xtx", vram_gib=24, peak_source="AMD: nowhere")
+    # "none published" goes with its date and without a peak
+    none = "none published by AMD: no matrix cores (docs/rocm-facts.md#a3)"
+    assert Product(name="AMD Instinct MI50", alias="mi50", vram_gib=32, peak_source=none, peak_date="2026-12-07")
+    with pytest.raises(ValidationError, match="go together"):
+        Product(name="AMD Instinct MI50", alias="mi50", vram_gib=32, peak_source=none)
+    with pytest.raises(ValidationError, match="go together"):
+        Product(name="AMD Instinct MI50", alias="mi50", vram_gib=32, peak_dense_bf16_tflops=26.5, peak_source=none,
+                peak_date="2026-12-07")  # fmt: skip

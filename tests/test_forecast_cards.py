@@ -47,10 +47,11 @@ def test_fits_is_the_memory_rules_verdict_and_cheapest_comes_first(eight_b_confi
     order = [row["card"] for row in forecast.cards]
     banded = [r for r in forecast.cards if r["fits"] and r["hours"] and r["cost_usd"]]
     assert banded and order[0] == min(banded, key=lambda r: r["cost_usd"][1])["card"]
-    assert order.index("mi300x") < order.index("mi250") < order.index("rx7900xtx")  # band, lower bound, none
+    assert order.index("mi300x") < order.index("mi250") < order.index("w6800")  # band, lower bound, none
     assert all(not rows[c]["fits"] for c in order[order.index("rx7600") :])  # what does not fit comes last
     text = report_text(report)
-    assert "no time: no peak dense bf16 figure for rx7900xtx" in text
+    assert "no time: no peak dense bf16 figure for w6800" in text  # RDNA 2: AMD publishes no bf16 rate
+    assert "none published by AMD" in rows["w6800"]["why_no_time"]
     assert "at least" in text  # mi250: a lower bound, said to be one
 
     # one price for every card (--price): among the cards that fit with a lower bound (100% of peak), the run's
@@ -60,6 +61,31 @@ def test_fits_is_the_memory_rules_verdict_and_cheapest_comes_first(eight_b_confi
     bounds = [r["card"] for r in forecast.cards if r["fits"] and not r["hours"] and r["hours_at_peak"]]
     assert len({peaks[card] for card in bounds}) >= 2, bounds
     assert [peaks[card] for card in bounds] == sorted((peaks[card] for card in bounds), reverse=True), bounds
+
+
+RADEON_PRESET_CARDS = ["rx7900xtx", "w7900", "r9700", "rx9070xt", "rx7800xt", "strixhalo"]
+
+
+def test_every_radeon_preset_card_gets_a_time_at_its_derived_peak(eight_b_config: dict):
+    """The six cards of the Radeon presets each get a time in --cards: at 100% of the catalogue's peak, a lower
+    bound (no published fraction for Radeon), which is the run's FLOPs / (GPUs x CUs x FLOPS/clock/CU x clock) of
+    docs/rocm-facts.md#a3's row for that card."""
+    from tests.test_catalogue_snapshot import _a3_rows, _first_number
+
+    with requested():
+        report = check_config(eight_b_config, gpu="rx7900xtx")
+    add_cards(report.forecast, report.config, None)
+    rows = {row["card"]: row for row in report.forecast.cards}
+    a3 = _a3_rows()
+    text = report_text(report)
+    for alias in RADEON_PRESET_CARDS:
+        cus, per_cu, clock, _, status = a3[alias]
+        assert status == "derived", alias
+        peak = _first_number(cus) * _first_number(per_cu) * _first_number(clock) * 1e9
+        hours = report.forecast.run_flops / (report.forecast.gpus * peak) / 3600
+        assert rows[alias]["hours_at_peak"] == pytest.approx(hours, rel=1e-3), alias
+        assert not rows[alias]["hours"], alias  # a lower bound, not a band
+        assert f"no time: no peak dense bf16 figure for {alias}" not in text, alias
 
 
 @pytest.mark.parametrize("finetuning_type", ["full", "freeze"])

@@ -36,9 +36,17 @@ def test_a_card_with_a_peak_but_no_fraction_gets_a_lower_bound_said_as_one():
 
 
 def test_a_card_without_a_peak_gets_no_time():
-    f = _forecast("rx7900xtx", price=1.0)
+    """MI50 (gfx906, no matrix cores): AMD publishes no bf16 rate, and the note says so."""
+    f = _forecast("mi50", price=1.0)
     assert f.hours is None and f.hours_at_peak is None and f.cost is None
-    assert any("no peak dense bf16 figure" in note for note in f.notes)
+    assert any("no peak dense bf16 figure for mi50 (none published by AMD" in note for note in f.notes), f.notes
+
+
+def test_a_radeon_card_gets_a_lower_bound_at_its_derived_peak():
+    """RX 7900 XTX: 96 CUs x 512 x 2.5 GHz = 122.88 TFLOPS (docs/rocm-facts.md#a3), no published fraction."""
+    f = _forecast("rx7900xtx", price=1.0)
+    assert f.hours is None and f.hours_at_peak == pytest.approx(f.run_flops / (96 * 512 * 2.5e9) / 3600)
+    assert "at least" in "\n".join(forecast_lines(f))
 
 
 @pytest.mark.parametrize("price", ["0", "-2", "inf"])

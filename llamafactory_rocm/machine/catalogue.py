@@ -20,6 +20,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 TARGET_ID_RE = re.compile(r"^(gfx[0-9a-f]{3,4})((?::(?:xnack|sramecc)[+-])*)$")
 
 
+# How a peak_source without a peak starts: AMD publishes no bf16 rate for the card (docs/rocm-facts.md#a3).
+NO_PEAK_PUBLISHED = "none published by AMD"
+
+
 class Product(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -44,8 +48,13 @@ class Product(BaseModel):
 
     @model_validator(mode="after")
     def _peak_has_source(self) -> Product:
-        given = {self.peak_dense_bf16_tflops is None, self.peak_source is None, self.peak_date is None}
-        if len(given) > 1:
+        # A card AMD publishes no bf16 rate for says so with its source and date ("none published by AMD: ..."),
+        # which the forecast prints where it gives no time; any other source goes with a peak.
+        if (self.peak_source or "").startswith(NO_PEAK_PUBLISHED):
+            together = self.peak_dense_bf16_tflops is None and self.peak_date is not None
+        else:
+            together = len({self.peak_dense_bf16_tflops is None, self.peak_source is None, self.peak_date is None}) == 1
+        if not together:
             raise ValueError(f"{self.alias}: peak_dense_bf16_tflops, peak_source and peak_date go together")
         return self
 
