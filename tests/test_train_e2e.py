@@ -280,7 +280,7 @@ def test_llamaboards_run_log_keeps_llamafactorys_lines_and_gets_the_findings_and
     assert "llamafactory-rocm: training summary" in text and "launch record" in text
     # the check's forecast block (as check --forecast says it) and the summary's forecast beside the run
     step = json.loads((tmp_path / "out-1" / "trainer_state.json").read_text())["global_step"]
-    assert "forecast (docs/forecast.md):" in text and f"  steps: {step} optimizer steps: " in text, text[-3000:]
+    assert "  how (docs/forecast.md):" in text and f"  steps: {step} optimizer steps: " in text, text[-3000:]
     assert f"{step} steps (global_step {step})" in text and "forecast time  none for this machine" in text
 
 

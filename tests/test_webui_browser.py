@@ -180,7 +180,7 @@ def test_a_ready_run_shows_the_findings_the_loss_and_the_summary_in_the_page(rea
     adapter = f"adapter +{re.escape(str(out.relative_to(board_dir(out))))}/adapter_model.safetensors"
     assert re.search(r"steps +6\n", summary) and re.search(adapter, summary), summary
     # the check's forecast block before the run, and the summary's forecast beside it (train/summary.py)
-    assert "forecast (docs/forecast.md):" in text and "  steps: 6 optimizer steps: " in text, text[-5000:]
+    assert "  how (docs/forecast.md):" in text and "  steps: 6 optimizer steps: " in text, text[-5000:]
     assert re.search(r"forecast +6 steps \(global_step 6\)", summary), summary
     rows = [json.loads(line) for line in (out / "trainer_log.jsonl").read_text().splitlines()]
     logged = [row["loss"] for row in rows if "loss" in row]  # the last row closes the run, without a loss

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..console import duration
 from ..findings import Level
+from ..forecast.answer import answer_line
 from ..forecast.cards import peak_kind
 from ..machine.snapshot import Snapshot
 from ..rules.memory_fit import BUDGET
@@ -88,7 +89,8 @@ def forecast_lines(f: Any) -> list[str]:
     w = f.work
     about = "" if w.rows_scaled is None else "about "
     lines = [
-        "forecast (docs/forecast.md):",
+        f"forecast: {answer_line(f.as_json())}",
+        "  how (docs/forecast.md):",
         f"  steps: {about}{w.steps:,} optimizer steps: {about}{w.rows:,} train rows, {w.batches_per_rank:,} batches "
         f"of {w.per_device_batch} per rank x {w.world_size} rank(s) an epoch, accumulation {w.accumulation}, "
         f"{w.epochs} epoch(s) (transformers' Trainer.set_initial_training_values)",
@@ -112,8 +114,13 @@ def forecast_lines(f: Any) -> list[str]:
             f"  tokens: {t.total:,} with padding ({t.padding_share:.1%} padding), {t.per_step:,.0f} a step; "
             f"{how}; lengths of {read} as LLaMA-Factory tokenized them"
         )
+    if f.model_files is not None:
+        lines.append(f"  model files: {f.model_files['line']}")
     if f.run_flops is not None:
-        lines.append(f"  FLOPs: {f.run_flops:.3g} for the run ({f.flops_note})")
+        lines.append(
+            f"  FLOPs: {f.run_flops:.3g} for the run (torch's FlopCounterMode on the model built on the meta device, "
+            "one micro-batch scaled to the run's batches; --json has the parts)"
+        )
     if f.card is not None and f.card.peak_tflops:
         lines.append(
             f"  card: {f.card.alias} x {f.gpus}, peak dense bf16 {f.card.peak_tflops:g} TFLOPS "

@@ -6,7 +6,7 @@ import argparse
 import json
 
 from .. import presets
-from ..console import duration
+from ..forecast.answer import answer
 
 
 def register(subs: argparse._SubParsersAction) -> None:
@@ -64,16 +64,43 @@ def run_list(args: argparse.Namespace) -> int:
             )
         )
         return 0
+    if forecasts:
+        forecast_table(infos, forecasts)
+        return 0
     print(f"{'NAME':28} {'GPU':10} {'ARCH':8} {'MODEL':10} {'METHOD':7} {'EST. PEAK':>14}  DESCRIPTION")
     for i in infos:
         d = i.as_dict()
         peak = f"{d['estimated_peak_gib']}/{d['vram_gib']:g} GiB" if d["estimated_peak_gib"] else "-"
         gpus = f"{d['gpus']}x{d['gpu']}" if d["gpus"] > 1 else d["gpu"]
         print(f"{d['name']:28} {gpus:10} {d['arch']:8} {d['model']:10} {d['method']:7} {peak:>14}  {d['description']}")
-        if forecasts:
-            print(f"  forecast: {forecast_summary(forecasts[d['name']])}")
     print("\nNext: llamafactory-rocm presets show NAME, or presets copy NAME ./my_run.yaml")
     return 0
+
+
+def forecast_table(infos: list[presets.PresetInfo], forecasts: dict[str, dict]) -> None:
+    """Each preset's answer (forecast/answer.py): time and cost on its target card, then its work; what the
+    figures rest on below the table, once per kind."""
+    print(f"{'NAME':28} {'ON':12} {'TIME':36} {'COST':20} WORK")
+    bases: list[str] = []
+    for i in infos:
+        name = i.entry.name
+        found = answer(forecasts[name])
+        if found is None:
+            print(f"{name:28} {'-':12} not made: {forecasts[name]['why']}")
+            continue
+        mark = ""
+        if found.basis:
+            if found.basis not in bases:
+                bases.append(found.basis)
+            mark = f" [{bases.index(found.basis) + 1}]"
+        cost = found.cost or "unknown (--price)"
+        print(f"{name:28} {found.where:12} {found.time:36} {cost:20} {found.work}{mark}")
+    for n, said in enumerate(bases, 1):
+        print(f"[{n}] {said}: the model is not here (check --forecast PRESET says why and how to fetch it)")
+    print(
+        "\nTime: the forecast's FLOPs at the card's achieved fraction of its peak, or at 100% of peak where none is "
+        "published (a lower bound); each figure's source and date: llamafactory-rocm check PRESET --forecast"
+    )
 
 
 def preset_forecast(preset: presets.PresetEntry) -> dict:
@@ -90,28 +117,6 @@ def preset_forecast(preset: presets.PresetEntry) -> dict:
         errors = [f.line() for f in report.findings if f.level.value == "error"]
         return {"made": False, "why": "the check stopped before LLaMA-Factory's dry run: " + "; ".join(errors[:1])}
     return report.forecast.as_json()
-
-
-def forecast_summary(forecast: dict) -> str:
-    """One line: steps, tokens, time and cost on the preset's card, or why there is none."""
-    if forecast.get("made") is False:
-        return f"not made: {forecast['why']}"
-    work, tokens, card = forecast["work"], forecast["tokens"], forecast["card"]
-    parts = [f"{work['steps']:,} steps"]
-    if tokens:
-        parts.append(f"{tokens['total']:,} tokens ({tokens['padding_share']:.0%} padding)")
-    where = f"{forecast['gpus']} x {card['alias']}" if card else "its card"
-    if forecast["hours"]:
-        low, high = forecast["hours"]
-        parts.append(f"{duration(low * 3600)} to {duration(high * 3600)} on {where}")
-    elif forecast["hours_at_peak"]:
-        parts.append(f"at least {duration(forecast['hours_at_peak'] * 3600)} on {where} (100% of peak)")
-    else:
-        parts.append(f"no time on {where}")
-    if forecast["cost_usd"]:
-        low, high = forecast["cost_usd"]
-        parts.append(f"${low:,.2f} to ${high:,.2f} ({forecast['price'].get('date') or '--price'})")
-    return "; ".join(parts) + " (check --forecast for the sources)"
 
 
 def run_show(args: argparse.Namespace) -> int:

@@ -45,14 +45,17 @@ def requested(
     makes the forecast (forecast/run.py ``forecast_for``)."""
     from ..lf.dry_activations import STEP_HOOKS
     from ..lf.dry_data import PACKED_ROWS_CAP
+    from ..lf.model_files import STANDIN
 
     token = _REQUEST.set(Request(price=price, cards=cards, measure=measure, rate_from=rate_from))
     packed = PACKED_ROWS_CAP.set(FORECAST_PACKED_ROWS)
+    standin = STANDIN.set(True)  # a model not reachable here: its bundled shape and a stand-in tokenizer
     STEP_HOOKS.append(count_step_flops)
     try:
         yield
     finally:
         STEP_HOOKS.remove(count_step_flops)
+        STANDIN.reset(standin)
         PACKED_ROWS_CAP.reset(packed)
         _REQUEST.reset(token)
 

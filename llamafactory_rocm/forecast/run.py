@@ -39,6 +39,9 @@ class Forecast:
     cards: list[dict[str, Any]] | None = None  # --cards: each catalogue card's row (cards.py card_rows)
     peak_gib: float | None = None  # --cards: the memory estimate's peak per device the rows are judged by
     faster: list[dict[str, Any]] | None = None  # --cards: changes that make the run faster (cards.py)
+    # where the model's files were not here: fetched, or its bundled shape and a stand-in tokenizer
+    # (lf/model_files.py ModelFiles.as_json); None where local or cached
+    model_files: dict[str, Any] | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -55,6 +58,7 @@ class Forecast:
             "price": self.price,
             "cost_usd": self.cost,
             "notes": self.notes,
+            "model_files": self.model_files,
             **({"measured": self.measured} if self.measured is not None else {}),
             **({"carried": self.carried} if self.carried is not None else {}),
             **({"cards": {"peak_gib": self.peak_gib, "rows": self.cards}} if self.cards is not None else {}),
@@ -129,6 +133,7 @@ def forecast_for(
     config, card = resolution.config, card_of(ctx.catalogue, alias, [d.name for d in ctx.snapshot.devices])
     try:
         forecast = forecast_of(config, TrainRows.of(dry), world_size, card, dry.forecast, price=asked.price)
+        forecast.model_files = dry.model_files
         if asked.cards:
             add_cards(forecast, config, asked.price, peak_gib)
     except Exception as exc:  # the hook asks at every launch: a forecast bug must not stop a run

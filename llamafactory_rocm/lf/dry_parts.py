@@ -51,6 +51,9 @@ class DryRun:
     # the parameters of the model load_model + init_adapter built (memory.count_model), with the optimizer
     # state per trainable element once the trainer's optimizer class is known; None when not built
     built: ModelMemory | None = None
+    # where the model's config and tokenizer came from when not local (lf/model_files.py ModelFiles.as_json):
+    # fetched without weights, or a bundled shape with a stand-in tokenizer; None when local or cached
+    model_files: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -94,6 +97,7 @@ class Launch:
     tokenized_max_id: int | None = None  # the largest id in a saved tokenized_path (lf/dry_data.py)
     tokenized_vocab: int = 0  # the tokenizer's length, when a tokenized_path is loaded (lf/dry_data.py)
     step: str = "workflow"  # the launch step running now, for a type error's message
+    patches: Any = None  # the launch's undo stack (lf/patching.py Patches): what a step changes is put back after
 
 
 def _meta_limitation(exc: BaseException) -> bool:
@@ -122,10 +126,11 @@ def _meta_limitation(exc: BaseException) -> bool:
     return native or where == os.path.abspath(inspect.getfile(torch._meta_registrations))
 
 
-def reachable(run: DryRun, model_args: Any, *, offline_refuses: bool = False) -> bool:
+def reachable(run: DryRun, model_args: Any, *, offline_refuses: bool = False, quiet: bool = False) -> bool:
     """config.json local or in the Hugging Face cache, decided by transformers' own ``cached_file``.
     ``offline_refuses``: a Hub id not in the cache is an error where the user's environment is offline
-    (the training launch, lf/dry_run.py); otherwise, and for the after-training commands, "not checked"."""
+    (the training launch, lf/dry_run.py); otherwise, and for the after-training commands, "not checked"
+    (``quiet``: not said, the caller says what it did instead: lf/model_files.py)."""
     from huggingface_hub.utils import HFValidationError, validate_repo_id
     from transformers.utils import CONFIG_NAME, cached_file
 
@@ -169,10 +174,11 @@ def reachable(run: DryRun, model_args: Any, *, offline_refuses: bool = False) ->
             key="model_name_or_path",
         )
         return False
-    run.skip(
-        "tokenizer, template, data pipeline and model modules",
-        f"{name} is not local and not in the Hugging Face cache",
-    )
+    if not quiet:
+        run.skip(
+            "tokenizer, template, data pipeline and model modules",
+            f"{name} is not local and not in the Hugging Face cache",
+        )
     return False
 
 

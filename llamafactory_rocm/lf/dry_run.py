@@ -30,9 +30,10 @@ from .causes import free_folder
 from .dry_activations import trace_step
 from .dry_data import load_data
 from .dry_model import build_model, build_workflow_models, tokenizer_and_template
-from .dry_parts import DryRun, Launch, reachable
+from .dry_parts import DryRun, Launch
 from .dry_resume import check_resume
 from .dry_trainer import trainer_setup
+from .model_files import model_files
 from .patching import llamafactory_call, progress_bars_off
 from .stages import NoWorkflow, UnknownStage, conflicting_requirement, data_stage, trainer_requirements
 from .text_only import text_only_llamafactory
@@ -72,7 +73,14 @@ def dry_launch(
             return run
         run.timings["parse"] = time.perf_counter() - start
         launch = Launch(
-            run, tmp, rows_cap, *args[:4], deepspeed_elsewhere=deepspeed_elsewhere, config=dict(config), planned=planned
+            run,
+            tmp,
+            rows_cap,
+            *args[:4],
+            deepspeed_elsewhere=deepspeed_elsewhere,
+            config=dict(config),
+            planned=planned,
+            patches=patches,
         )
         try:
             _go(launch)
@@ -150,8 +158,9 @@ def _go(launch: Launch) -> None:
     _check_stage_requirements(launch)
     _timed(launch, "output_dir", _check_output_dir)
     launch.step = "model lookup"
-    # local, in the cache, or (the user offline on this machine, not planning) refused
-    found = reachable(run, launch.model_args, offline_refuses=not launch.planned)
+    # local, in the cache, fetched (config and tokenizer, no weights), or a bundled shape with a stand-in
+    # tokenizer (lf/model_files.py); or, the user offline on this machine and not planning, refused
+    found = model_files(launch)
     if found:
         _timed(launch, "tokenizer", tokenizer_and_template)
     if launch.template is not None and run.data_stage is not None:

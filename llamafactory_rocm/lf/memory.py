@@ -201,15 +201,21 @@ def shape_and_count(cfg: Mapping[str, Any]) -> tuple[ModelShape, int]:
 
 
 @lru_cache(maxsize=1)
-def shipped_models() -> dict[str, dict[str, Any]]:
-    """hub id -> config, from the small JSON files in llamafactory_rocm/models/."""
-    found: dict[str, dict[str, Any]] = {}
+def shipped_model_files() -> dict[str, tuple[str, dict[str, Any]]]:
+    """hub id (lower case) -> (the file's name, its config), from the small JSON files in llamafactory_rocm/models/."""
+    found: dict[str, tuple[str, dict[str, Any]]] = {}
     for entry in resources.files("llamafactory_rocm.models").iterdir():
         if entry.name.endswith(".json"):
             data = json.loads(entry.read_text("utf-8"))
             for hub_id in data["hub_ids"]:
-                found[hub_id.lower()] = data["config"]
+                found[hub_id.lower()] = (entry.name, data["config"])
     return found
+
+
+@lru_cache(maxsize=1)
+def shipped_models() -> dict[str, dict[str, Any]]:
+    """hub id -> config, from the small JSON files in llamafactory_rocm/models/."""
+    return {hub_id: config for hub_id, (_, config) in shipped_model_files().items()}
 
 
 def model_config_for(name_or_path: str, cache_dir: str | None = None) -> dict[str, Any] | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import warnings
 from collections.abc import Iterator, MutableMapping
 from typing import Any
 
@@ -93,6 +94,14 @@ def quiet_logs(patches: Patches) -> None:
     lf_logger = logging.getLogger("llamafactory")
     patches.callback(lf_logger.setLevel, lf_logger.level)
     lf_logger.setLevel(logging.ERROR)
+    # datasets' own logger ("num_proc must be <= 1 ..." on a small split), and the warnings libraries raise
+    # about this machine while the launch runs dry here (torch's DataLoader: "will create 4 worker processes
+    # ... suggested max ... 2"): the run's machine is another; the report says what matters for it
+    datasets_logger = logging.getLogger("datasets")
+    patches.callback(datasets_logger.setLevel, datasets_logger.level)
+    datasets_logger.setLevel(logging.ERROR)
+    patches.enter_context(warnings.catch_warnings())
+    warnings.simplefilter("ignore", UserWarning)
 
 
 def hub_offline(patches: Patches) -> None:

@@ -1,0 +1,77 @@
+"""The forecast's answer in one line, said first: how long and how much on the card, from the forecast as data
+(forecast/run.py ``Forecast.as_json``, or NoForecast's ``{"made": false, "why"}``). The one place that words
+it: check's forecast block (check/render.py) and ``presets list --forecast`` (cli/presets_cmd.py) both say it.
+Each figure's source stays in the lines below it (check --forecast) or in --json."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..console import duration
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The answer's parts, for a line or a table's cells."""
+
+    time: str  # "1 h 40 min to 3 h 20 min", "at least 25 min (100% of peak)", or "no time: <why>"
+    cost: str  # "$2.50 to $6.60", "at least $0.80", or "" where no price is known
+    where: str  # "1 x mi300x"
+    work: str  # "57 steps, 269,475 tokens"
+    basis: str  # "" or what the figures rest on: "bundled shape, stand-in tokenizer (+1.2%)"
+
+    def line(self) -> str:
+        cost = f", {self.cost}" if self.cost else ", cost unknown (--price USD)"
+        basis = f"; {self.basis}" if self.basis else ""
+        return f"{self.time} on {self.where}{cost} ({self.work}{basis})"
+
+
+def answer(forecast: Mapping[str, Any]) -> Answer | None:
+    """The answer of a made forecast; None for one not made (its ``why`` is the answer then)."""
+    if forecast.get("made") is False:
+        return None
+    card = forecast.get("card") or {}
+    where = f"{forecast['gpus']} x {card['alias']}" if card else f"{forecast['gpus']} GPU(s), no card named"
+    hours, at_peak = forecast.get("hours"), forecast.get("hours_at_peak")
+    if hours:
+        time = f"{duration(hours[0] * 3600)} to {duration(hours[1] * 3600)}"
+    elif at_peak:
+        time = f"at least {duration(at_peak * 3600)} (100% of peak, a lower bound)"
+    else:
+        time = "no time: " + _why_no_time(forecast)
+    cost = ""
+    if forecast.get("cost_usd"):
+        low, high = forecast["cost_usd"]
+        cost = f"${low:,.2f} to ${high:,.2f}" if hours else f"at least ${low:,.2f}"
+    work = [f"{forecast['work']['steps']:,} steps"]
+    if forecast.get("tokens"):
+        work.append(f"{forecast['tokens']['total']:,} tokens")
+    return Answer(time, cost, where, ", ".join(work), basis(forecast.get("model_files")))
+
+
+def basis(model_files: Mapping[str, Any] | None) -> str:
+    """What the figures rest on where the model's own files were not here (lf/model_files.py ModelFiles)."""
+    if not model_files or model_files.get("how") != "standin":
+        return ""
+    if model_files.get("tokenizer_exact"):
+        return "its bundled shape and its family's own tokenizer"
+    error = model_files.get("tokenizer_error")
+    return "its bundled shape; tokens by a stand-in tokenizer" + (f", {error.split(' (')[0]}" if error else "")
+
+
+def _why_no_time(forecast: Mapping[str, Any]) -> str:
+    for note in forecast.get("notes") or ():
+        if note.startswith(("time not forecast: ", "FLOPs not counted")):
+            return note.removeprefix("time not forecast: ").split(" (", 1)[0]
+    return "see the notes (check --forecast)"
+
+
+def answer_line(forecast: Mapping[str, Any]) -> str:
+    """One line: the time band and cost on the card(s), or why no forecast was made."""
+    found = answer(forecast)
+    return f"not made: {forecast['why']}" if found is None else found.line()
+
+
+__all__ = ["Answer", "answer", "answer_line", "basis"]
