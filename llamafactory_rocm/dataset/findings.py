@@ -61,8 +61,30 @@ def config_dataset_findings(
         if info is None or name not in info:
             findings.append(_unknown_finding(name, info, folder))
         else:
-            findings += _dataset_findings(name, validate_entry(name, info[name], folder, options), folder)
+            report = validate_entry(name, info[name], folder, options)
+            findings += _no_row_read(name, options.max_rows) or _dataset_findings(name, report, folder)
     return config, findings
+
+
+def _no_row_read(name: str, max_samples: int | None) -> list[Finding]:
+    """``max_samples`` 0 (or less) reads no row of any dataset: LLaMA-Factory's loader selects
+    ``range(min(max_samples, len(dataset)))`` (data/loader.py _load_single_dataset) and is left with no
+    row to train on whatever the file holds (the stock run: a bare StopIteration), so the key is max_samples."""
+    if max_samples is None or max_samples > 0:
+        return []
+    return [
+        Finding(
+            code="DATASET_INVALID",
+            key="max_samples",
+            old=max_samples,
+            message=f"dataset {name}: max_samples: {max_samples} keeps no row of it (LLaMA-Factory selects the first "
+            "max_samples rows of each dataset), so the run has no row to train on (the stock run stops with a bare "
+            "StopIteration).",
+            fix_as="max_samples keeps no row",
+            fix_with={"max_samples": max_samples},
+            remedy={"max_samples": None},
+        )
+    ]
 
 
 def dataset_names(value: Any) -> list[str]:

@@ -12,6 +12,8 @@ the keys of the config the words name, with a value that works where the parser 
 
 from __future__ import annotations
 
+import contextlib
+import difflib
 import json
 import math
 import re
@@ -145,6 +147,7 @@ def _values(pattern: Pattern, groups: Mapping[str, str], config: Mapping[str, An
         extra = str(groups["module"]) in str(config.get("freeze_extra_modules", ""))
         values["freeze_key"] = "freeze_extra_modules" if extra else "freeze_trainable_modules"
         values["key"] = values["freeze_key"]
+        values.update(_freeze_modules(values["freeze_key"], str(groups["module"]), values["choices"], config))
     output_dir = config.get("output_dir")
     if output_dir and pattern.case == "output_dir holds a finished run":
         values.update(output_dir=output_dir, free_output_dir=free_folder(str(output_dir)))
@@ -166,10 +169,159 @@ def _values(pattern: Pattern, groups: Mapping[str, str], config: Mapping[str, An
     if pattern.case == "interleave probabilities":
         names = [n for n in str(config.get("dataset", "")).split(",") if n.strip()]
         values["even_probs"] = ",".join([f"{1 / max(len(names), 1):.4g}"] * max(len(names), 1))
+    if pattern.case in _CASE_VALUES:
+        values.update(_CASE_VALUES[pattern.case](groups, config))
     present = [key for key in pattern.keys if key in config]
     if present:
         values.setdefault("key", present[0])
     return values
+
+
+def meant_template(given: str, config: Mapping[str, Any]) -> tuple[str | None, str]:
+    """The template meant by an unknown ``template`` name, and why: LLaMA-Factory's own template for the model
+    (extras/constants.py DEFAULT_TEMPLATE, by the model folder's name as LLaMA-Factory lists it or its hub id)
+    where the name is near it or near no template, else the closest template name; (None, "") where neither is
+    known. Never the key removed: without a template the run trains with the tokenizer's chat template, or
+    with the "empty" one where the tokenizer has none (data/template.py get_template_and_fix_tokenizer)."""
+    from .text_only import text_only_llamafactory
+
+    with text_only_llamafactory():
+        from llamafactory.data.template import TEMPLATES
+        from llamafactory.extras.constants import DEFAULT_TEMPLATE, SUPPORTED_MODELS
+
+    by_name = {name.lower(): template for name, template in DEFAULT_TEMPLATE.items()}
+    for name, sources in SUPPORTED_MODELS.items():
+        for hub_id in sources.values():
+            by_name.setdefault(str(hub_id).rsplit("/", 1)[-1].lower(), DEFAULT_TEMPLATE.get(name))
+    model = Path(str(config.get("model_name_or_path") or "").rstrip("/\\")).name
+    family = by_name.get(model.lower())
+    near = difflib.get_close_matches(given, sorted(TEMPLATES), n=3, cutoff=0.6)
+    if family and (family in near or not near):
+        return family, f"LLaMA-Factory's template for {model}"
+    if near:
+        return near[0], "the closest name LLaMA-Factory has"
+    return None, ""
+
+
+def _closest(name: str, names: list[str] | tuple[str, ...]) -> str | None:
+    """The name meant: the closest spelling among ``names`` (difflib's ratio of at least 0.6), else None."""
+    close = difflib.get_close_matches(name, list(names), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def _freeze_modules(freeze_key: str, module: str, choices: str, config: Mapping[str, Any]) -> dict[str, Any]:
+    """The freeze module list with the unknown name replaced by the closest one LLaMA-Factory lists. "all" is a
+    name only freeze_trainable_modules takes (model/adapter.py _setup_freeze_tuning expands it there; an extra
+    module "all" is refused as "Module all is not found"), so an extra module nothing is close to is dropped."""
+    listed = [c.strip() for c in choices.split(",") if c.strip()]
+    given = [m.strip() for m in str(config.get(freeze_key, "")).split(",") if m.strip()]
+    meant = _closest(module, listed)
+    if meant is None and freeze_key == "freeze_trainable_modules":
+        meant = "all"
+    kept = list(dict.fromkeys(meant if m == module else m for m in given if m != module or meant is not None))
+    if meant is not None:
+        said = f"Set {freeze_key}: {','.join(kept)} ({module} -> {meant})"
+    else:
+        said = f"Remove {module} from {freeze_key}" + ("" if kept else " (the key then goes: no extra module)")
+    return {"closest_module": ",".join(kept) if kept else None, "freeze_said": said}
+
+
+def _accelerator_config(groups: Mapping[str, str], config: Mapping[str, Any]) -> dict[str, Any]:
+    """accelerator_config without the key transformers' AcceleratorConfig lacks: renamed to the closest field
+    it has (``split_batch`` -> ``split_batches``), else dropped; a JSON file's keys are changed in the file."""
+    import dataclasses
+
+    from transformers.trainer_pt_utils import AcceleratorConfig
+
+    fields = [f.name for f in dataclasses.fields(AcceleratorConfig)]
+    name = groups["name"]
+    meant = _closest(name, fields)
+    raw = config.get("accelerator_config")
+    if isinstance(raw, str) and raw.strip().startswith("{"):
+        with contextlib.suppress(ValueError):  # not JSON: said as the file it names
+            raw = json.loads(raw)
+    values: dict[str, Any] = {"fields": ", ".join(fields)}
+    what = f"rename {name} to {meant}" if meant else f"remove {name}"
+    if not isinstance(raw, Mapping):  # a JSON file: the change is in the file, not a key of this config
+        values["change"] = f"In the file {raw}, {what}."
+        return values
+    fixed = {(meant if k == name else k): v for k, v in raw.items() if k != name or meant}
+    values["accelerator_config_fixed"] = fixed or None
+    values["change"] = (
+        f"Set accelerator_config: {json.dumps(fixed)} ({what})."
+        if fixed
+        else (f"Remove accelerator_config ({name} was its only key).")
+    )
+    return values
+
+
+def _oft_values(groups: Mapping[str, str], config: Mapping[str, Any]) -> dict[str, Any]:
+    """peft's OFTConfig takes r (LLaMA-Factory's oft_rank, default 0) or oft_block_size (default 32), not both:
+    the one the config set is kept and the other turned off (0); both set, the rank is kept."""
+    only_block = "oft_block_size" in config and not config.get("oft_rank")
+    off, kept = ("oft_rank", "oft_block_size") if only_block else ("oft_block_size", "oft_rank")
+    return {"oft_off": off, "oft_kept": kept, "key": off}
+
+
+def _tool_format(groups: Mapping[str, str], config: Mapping[str, Any]) -> dict[str, Any]:
+    """The tool format LLaMA-Factory has that is closest to the one given (data/tool_utils.py TOOLS), else none:
+    without tool_format the template's own format is used."""
+    from .text_only import text_only_llamafactory
+
+    with text_only_llamafactory():
+        from llamafactory.data.tool_utils import TOOLS
+
+    names = sorted(TOOLS)
+    meant = _closest(groups["name"], names)
+    said = f"Set tool_format: {meant}" if meant else "Remove tool_format (the template's own tool format is used)"
+    return {"tool_formats": ", ".join(names), "closest_tool_format": meant, "tool_said": said}
+
+
+def _mix_strategy(groups: Mapping[str, str], config: Mapping[str, Any]) -> dict[str, Any]:
+    """A mix_strategy the installed datasets cannot run (interleave_once asks for the stopping_strategy
+    all_exhausted_without_replacement): concat reads every row once, as interleave_once meant, and the trainer
+    shuffles the rows; streamed rows are not shuffled across datasets, so there interleave_over keeps them mixed
+    (every row of each dataset, the smaller ones read again)."""
+    streaming = str(config.get("streaming", "")).lower() in ("true", "1")
+    works = "interleave_over" if streaming else "concat"
+    why = (
+        "every row of each dataset, the smaller ones read again, mixed as they stream"
+        if streaming
+        else "every row once, as interleave_once meant; the trainer shuffles them"
+    )
+    return {"mix_strategy": config.get("mix_strategy", ""), "mix_strategy_works": works, "mix_why": why}
+
+
+def _optim_args(groups: Mapping[str, str], config: Mapping[str, Any]) -> dict[str, Any]:
+    """optim_args as transformers reads it (_parse_optim_args: spaces dropped, split at commas, each piece
+    ``key=value``): a piece written ``key: value`` is rewritten with "=", a piece with no single separator is
+    dropped (and said); None (the key removed) where no piece is left."""
+    given = str(config.get("optim_args") or "")
+    kept, dropped = [], []
+    for piece in given.replace(" ", "").split(","):
+        if piece.count("=") != 1 and piece.count(":") == 1 and "=" not in piece:
+            piece = piece.replace(":", "=")
+        (kept if piece.count("=") == 1 and not piece.startswith("=") else dropped).append(piece)
+    fixed = ",".join(kept) or None
+    said = f"Set optim_args: {fixed}" if fixed else "Remove optim_args"
+    if dropped:
+        said += f" ({', '.join(repr(p) for p in dropped)} is no key=value pair)"
+    return {"optim_args_fixed": fixed, "optim_args_said": said, "key": "optim_args", "value": given}
+
+
+def _media_values(groups: Mapping[str, str], config: Mapping[str, Any]) -> dict[str, Any]:
+    """The dataset whose rows hold the media and the template whose plugin takes none, for the fix."""
+    return {"dataset": config.get("dataset", ""), "template": config.get("template", ""), "key": "dataset"}
+
+
+_CASE_VALUES = {
+    "media on a text-only model": _media_values,
+    "optim_args": _optim_args,
+    "accelerator_config key": _accelerator_config,
+    "oft rank and block size": _oft_values,
+    "tool format": _tool_format,
+    "mix strategy": _mix_strategy,
+}
 
 
 _OPTIMIZER_KEYS = {

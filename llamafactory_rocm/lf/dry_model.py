@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..errors import one_line
-from .causes import cause_of
+from .causes import cause_of, free_folder
 from .dry_parts import Launch, _meta_limitation
 from .memory import OtherModel, count_model
 from .patching import Patches
@@ -239,6 +239,9 @@ def _check_tokenized_ids(launch: Launch) -> None:
             f"model's embedding has {vocab} rows (ids 0-{vocab - 1}): a tokenized dataset from another "
             "tokenizer. The first forward fails in the embedding (index out of range).",
             key="tokenized_path",
+            # a valid dataset of the model it was made for: kept, and this run tokenizes into a new folder
+            fix_with={"new_path": free_folder(str(launch.data_args.tokenized_path))},
+            remedy={"tokenized_path": free_folder(str(launch.data_args.tokenized_path))},
         )
 
 

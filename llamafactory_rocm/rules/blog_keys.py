@@ -65,6 +65,21 @@ _HINTS = {
     "load_in_8bit": "use quantization_bit: 8 (with finetuning_type: lora)",
     "gradient_checkpointing": "gradient checkpointing is on by default: remove the key "
     "(disable_gradient_checkpointing: true turns it off)",
+    # LLaMA-Factory's earlier name (0.9.3's ModelArguments); its closest spelling, init_special_tokens, is how
+    # the new tokens' embeddings start and adds no token
+    "new_special_tokens": "add_special_tokens",
+}
+# TrainingArguments fields transformers 5 removed (its training_args.py against 4.57.1's), as LLaMA-Factory 0.9.5
+# on transformers 5.5 refuses them: the key that now does the same, where one does (key -> (new key, value
+# of the new key: None for the same value), what changed).
+_GONE_IN_TRANSFORMERS_5: dict[str, tuple[str | None, Any, str]] = {
+    "group_by_length": ("train_sampling_strategy", "group_by_length", "the sampler is train_sampling_strategy"),
+    "per_gpu_train_batch_size": ("per_device_train_batch_size", None, "renamed per_device_train_batch_size"),
+    "per_gpu_eval_batch_size": ("per_device_eval_batch_size", None, "renamed per_device_eval_batch_size"),
+    "no_cuda": ("use_cpu", None, "renamed use_cpu"),
+    "use_mps_device": (None, None, "an Apple GPU is used where there is one"),
+    "include_tokens_per_second": (None, None, "LLaMA-Factory's include_effective_tokens_per_second says it"),
+    "save_safetensors": (None, None, "weights are always saved as safetensors"),
 }
 
 
@@ -161,6 +176,24 @@ def _deepspeed_backend(raw: Any) -> Finding:
     )
 
 
+def _gone_fix(key: str, value: Any, known: frozenset[str]) -> dict[str, Any] | None:
+    """The fix of a TrainingArguments key transformers 5 removed: the key that does the same now (with the value
+    it takes: ``group_by_length: true`` is ``train_sampling_strategy: group_by_length``), else the key removed;
+    None for a key not removed there. A switch given false asks for nothing: the key only goes."""
+    if key not in _GONE_IN_TRANSFORMERS_5:
+        return None
+    new_key, new_value, why = _GONE_IN_TRANSFORMERS_5[key]
+    if new_key not in known or value in (False, None, "false", "False"):
+        new_key = None
+    remedy: dict[str, Any] = {key: None}
+    if new_key is None:
+        change = f"delete {key}"
+    else:
+        remedy[new_key] = value if new_value is None else new_value
+        change = f"set {new_key}: {remedy[new_key]} instead"
+    return {"fix_as": "gone", "fix_with": {"key": key, "why": why, "change": change}, "remedy": remedy}
+
+
 def closest_key(key: str, known: frozenset[str]) -> str | None:
     """The key meant: a known mix-up first (``model_max_length`` is ``cutoff_len``), then the closest spelling
     among the keys training reads; never a generation key (``max_length``, ``top_p``: accepted by the train
@@ -201,7 +234,10 @@ def refuse_unknown_keys(config: Mapping[str, Any], env: Mapping[str, str], ctx: 
     findings = []
     for key in unknown:
         hint = closest_key(key, ctx.known_keys)
-        if hint is None:
+        gone = _gone_fix(key, config[key], ctx.known_keys)
+        if gone is not None:
+            fix = gone
+        elif hint is None:
             fix: dict[str, Any] = {"fix_as": "no_match", "remedy": {key: None}}
         elif " " in hint:  # a sentence from _HINTS
             fix = {"fix_as": "hint", "fix_with": {"hint": f"{hint[0].upper()}{hint[1:]}"}}

@@ -37,6 +37,27 @@ _WHY: dict[str, str] = {
 }
 # Said by their own rules, with the versions each needs: rules/serving.py, rules/predict.py.
 _ELSEWHERE = frozenset({"infer_backend", "predict_with_generate"})
+# What `pip install NAME` also installs, for a package whose requirements reach torch or a package LLaMA-Factory's
+# start-up pins: its wheels' Requires-Dist (pip download --no-deps unsloth unsloth_zoo: 2026.10.9, read
+# 2026-12-07; unsloth_zoo's are the same pins). The fix of such a package is its key turned off, never the install.
+_PULLS: dict[str, tuple[str, ...]] = {
+    "unsloth": (
+        "unsloth_zoo>=2026.10.9",
+        "torch<2.15.0,>=2.4.0",
+        "torchvision",
+        "xformers>=0.0.27.post2",
+        "triton>=3.0.0",
+        "bitsandbytes!=0.46.0,!=0.48.0,>=0.45.5",
+        "datasets!=4.0.*,!=4.1.0,!=4.4.*,!=4.5.0,<5.0.0,>=3.4.1",
+        "transformers!=4.53.0,!=4.54.0,!=4.55.0,!=4.55.1,!=4.57.0,!=4.57.4,!=4.57.5,!=5.0.0,!=5.1.0,<=5.17.0,>=4.52.4",
+        "trl!=0.19.0,<=1.15.0,>=0.18.2",
+        "peft!=0.11.0,>=0.18.0",
+        "accelerate>=0.34.1",
+    ),
+}
+# Built against one torch: pip's wheels of these are its index's builds (CUDA's), and each pins or replaces the
+# torch installed (on ROCm: the ROCm torch).
+_TORCH_BUILT = frozenset({"torch", "torchvision", "torchaudio", "xformers", "triton"})
 
 
 @dataclass(frozen=True)
@@ -124,6 +145,30 @@ def environment_needs(env: Mapping[str, str], installed: frozenset[str]) -> list
     return []
 
 
+def install_harm(distribution: str, versions: Mapping[str, str | None]) -> str | None:
+    """What ``pip install DISTRIBUTION`` would break, from its recorded requirements (``_PULLS``): the packages
+    built against one torch that it pulls, and each package LLaMA-Factory's start-up pins (extras/misc.py
+    check_dependencies) whose installed version it asks pip to move; None for a package without such pulls."""
+    from ..lf.stages import own_requirements
+
+    pulls = _PULLS.get(_normalise(distribution))
+    if not pulls:
+        return None
+    versions = {_normalise(k): v for k, v in versions.items()}
+    pins = {_normalise(requirement_name(r)): r for r in own_requirements()}
+    built = [requirement_name(r) for r in pulls if _normalise(requirement_name(r)) in _TORCH_BUILT]
+    said = [f"{', '.join(built)} from pip's index, whose builds are CUDA's (on ROCm they replace the ROCm torch)"]
+    for requirement in pulls:
+        name = _normalise(requirement_name(requirement))
+        have = versions.get(name)
+        if name in pins and have and not Requirement(requirement).specifier.contains(have, prereleases=True):
+            said.append(
+                f"a {name} other than the {have} installed (it asks {requirement}), which LLaMA-Factory's start-up "
+                f"refuses outside {pins[name]}"
+            )
+    return "; ".join(said)
+
+
 def _checked_elsewhere(key: str, ctx: Context) -> bool:
     # On ROCm, kernels.bitsandbytes_for_qlora checks the version each arch needs.
     return key == "quantization_bit" and ctx.rocm
@@ -156,9 +201,37 @@ def require_packages(config: Mapping[str, Any], env: Mapping[str, str], ctx: Con
                     key=need.key,
                     message=f"{need.why} ({wanted}), but {here}.",
                     new=need.distribution,  # the package to install (check/rank.py folds the parser's refusal)
-                    fix_with={"wanted": wanted, "key": need.key},
                     # the need comes from the key (required_packages); an environment switch is no key
                     remedy={need.key: None} if need.key in config else None,
+                    **_install_or_not(need, wanted, ctx),
                 )
             )
     return unchanged(config, env, *findings)
+
+
+def _pinned_versions_here() -> dict[str, str | None]:
+    """The installed versions of what LLaMA-Factory's start-up pins (the snapshot records a few packages only;
+    PACKAGE_MISSING is said for this machine, never when planning for another)."""
+    from importlib import metadata
+
+    from ..lf.stages import own_requirements
+
+    found: dict[str, str | None] = {}
+    for requirement in own_requirements():
+        name = requirement_name(requirement)
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def _install_or_not(need: Need, wanted: str, ctx: Context) -> dict[str, Any]:
+    """The fix's case: the install, or (a package whose install replaces torch or moves a version LLaMA-Factory
+    pins) the key turned off, the install only with --no-deps and the reason."""
+    harm = install_harm(need.distribution, {**_pinned_versions_here(), **ctx.snapshot.packages})
+    if harm is None:
+        return {"fix_as": "install", "fix_with": {"wanted": wanted, "key": need.key}}
+    companions = " ".join(requirement_name(r) for r in _PULLS[_normalise(need.distribution)] if "zoo" in r)
+    no_deps = " ".join(filter(None, (need.distribution, companions)))
+    return {"fix_as": "install replaces torch", "fix_with": {"key": need.key, "harm": harm, "no_deps": no_deps}}

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..findings import Finding
+from ..lf.causes import meant_template
 from ..lf.commands import CHAT, EVAL, EXPORT, TRAIN
 from .base import Context, Step, rule, unchanged
 
@@ -57,8 +58,7 @@ def refuse_unconvertible_values(config: Mapping[str, Any], env: Mapping[str, str
             key=problem.key,
             old=problem.value,
             message=f"{problem.key}: {problem.value!r} is not {problem.expected}.",
-            fix_with={"key": problem.key, "expected": problem.expected, "works": problem.works},
-            remedy={problem.key: None},  # left out, the key takes LLaMA-Factory's default
+            **_invalid_fix(problem.key, problem.expected, problem.works, problem.value, config),
         )
         for problem in ctx.schema.value_problems(config)
     ]
@@ -86,3 +86,16 @@ def refuse_unconvertible_values(config: Mapping[str, Any], env: Mapping[str, str
         for other in ctx.schema.values_not_choices(config)
     ]
     return Step(new, dict(env), findings)
+
+
+def _invalid_fix(key: str, expected: str, works: str, value: Any, config: Mapping[str, Any]) -> dict[str, Any]:
+    """The fix of a refused value: the key left out (it takes LLaMA-Factory's default), save for a template,
+    whose default is none: the run would then train with the tokenizer's chat template or the empty one, not
+    the one meant, so its fix is the template meant (lf/causes.py meant_template)."""
+    fix_with = {"key": key, "expected": expected, "works": works}
+    if key != "template" or not isinstance(value, str):
+        return {"fix_with": fix_with, "remedy": {key: None}}
+    meant, why = meant_template(value, config)
+    if meant is None:  # nothing close and the model not one LLaMA-Factory lists: the user names it
+        return {"fix_with": fix_with, "remedy": None}
+    return {"fix_with": {**fix_with, "works": f", such as {meant} ({why})"}, "remedy": {key: meant}}
