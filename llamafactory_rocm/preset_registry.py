@@ -1,13 +1,33 @@
-"""The built-in presets: an explicit registry of the YAML files shipped in ``presets/``.
+"""The built-in presets, read from the YAML files in ``presets/``: a preset is its file and nothing else.
 
-Names follow ``{gpu}_{model}_{method}``; the GPU alias maps to its arch through the catalogue. Each
-training preset has its after-training companions in ``presets/after/`` (``PresetEntry.after``).
-``tests/test_presets.py`` keeps this list and the folder identical.
+Each file says what ``presets list`` shows in its first two lines (docs/architecture.md#add-a-preset):
+
+    # llamafactory-rocm: target gpu=mi300x arch=gfx942 gpus=1
+    # llamafactory-rocm: listed order=1 model=llama3-8b -- Llama-3-8B LoRA, bf16, batch 16 x 4096
+
+The target line is the one ``check`` reads (check/target.py ``header_target``), so the GPU a preset is listed
+for is the GPU it is checked for. The name is the file's; the method and the files it refers to follow from
+its keys. The export and chat configs that follow training (``presets/after/NAME_{export,chat}.yaml``) are
+optional: a preset without them is listed and checked, and says it has none.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .check.target import TARGET_HEADER, header_target
+from .errors import UsageError
+
+LISTED_HEADER = "# llamafactory-rocm: listed"
+AFTER_COMMANDS = ("export", "chat")  # the order training is followed in: merge the adapter, then chat
+# Keys holding paths that LLaMA-Factory resolves against the working directory: a relative one is a file the
+# preset ships beside it (``presets copy`` brings it along).
+PATH_KEYS = ("deepspeed",)
 
 
 @dataclass(frozen=True)
@@ -19,47 +39,72 @@ class PresetEntry:
     gpus: int = 1
     description: str = ""
     companions: tuple[str, ...] = ()  # files the YAML refers to, relative to presets/
+    after: tuple[tuple[str, str], ...] = ()  # (command, file relative to presets/) for those shipped
+    order: int | None = None  # its place in `presets list`; None: after the numbered ones, by name
 
     @property
     def file_name(self) -> str:
         return f"{self.name}.yaml"
 
-    @property
-    def after(self) -> dict[str, str]:
-        """The configs that follow training, relative to presets/: merge the adapter (export), then chat
-        with the merged model (chat, webchat, api). ``tests/test_presets_after.py`` keeps them in step."""
-        return {"export": f"after/{self.name}_export.yaml", "chat": f"after/{self.name}_chat.yaml"}
+
+def listed_line(path: Path) -> tuple[dict[str, str], str] | None:
+    """The ``key=value`` pairs and the description of a file's ``listed`` line, or None."""
+    with open(path, encoding="utf-8") as handle:
+        head = [handle.readline() for _ in range(5)]
+    for line in head:
+        if line.startswith(LISTED_HEADER):
+            pairs, _, description = line[len(LISTED_HEADER) :].partition(" -- ")
+            found = (item.partition("=") for item in pairs.split())
+            return {key: value for key, eq, value in found if eq}, description.strip()
+    return None
 
 
-PRESETS: tuple[PresetEntry, ...] = (
-    PresetEntry("mi300x_llama3_lora", "mi300x", "llama3-8b", "lora", 1, "Llama-3-8B LoRA, bf16, batch 16 x 4096"),
-    PresetEntry(
-        "mi300x_llama3_lora_8gpu",
-        "mi300x",
-        "llama3-8b",
-        "lora",
-        8,
-        "Llama-3-8B LoRA on 8 GPUs, DeepSpeed ZeRO-2",
-        ("deepspeed/ds_z2_config.json",),
-    ),
-    PresetEntry(
-        "mi300x_llama3_lora_2node",
-        "mi300x",
-        "llama3-8b",
-        "lora",
-        16,
-        "Llama-3-8B LoRA on 2 nodes x 8 GPUs, DeepSpeed ZeRO-2",
-        ("deepspeed/ds_z2_config.json",),
-    ),
-    PresetEntry("mi300x_qwen3_lora", "mi300x", "qwen3-8b", "lora", 1, "Qwen3-8B LoRA, bf16, batch 16 x 4096"),
-    PresetEntry("mi250_llama3_lora", "mi250", "llama3-8b", "lora", 1, "Llama-3-8B LoRA per 64 GB GCD, batch 4 x 4096"),
-    PresetEntry("rx7900xtx_llama3_lora", "rx7900xtx", "llama3-8b", "lora", 1, "8B bf16 LoRA in 24 GB: batch 1 x 2048"),
-    PresetEntry("rx7900xtx_qwen3_lora", "rx7900xtx", "qwen3-8b", "lora", 1, "Qwen3-8B bf16 LoRA in 24 GB"),
-    PresetEntry("rx7800xt_llama3_qlora", "rx7800xt", "llama3-8b", "qlora", 1, "16 GB RDNA3: 4-bit QLoRA"),
-    PresetEntry("w7900_llama3_lora", "w7900", "llama3-8b", "lora", 1, "Llama-3-8B LoRA in 48 GB, batch 4 x 2048"),
-    # issue 22: the 2026 machines (docs/rdna4-strixhalo.md); none of them ran on the hardware
-    PresetEntry("mi355x_llama3_lora", "mi355x", "llama3-8b", "lora", 1, "Llama-3-8B LoRA, bf16, batch 32 x 4096"),
-    PresetEntry("r9700_llama3_lora", "r9700", "llama3-8b", "lora", 1, "RDNA4 32 GB: Llama-3-8B LoRA, batch 2 x 2048"),
-    PresetEntry("rx9070xt_qwen3_4b_lora", "rx9070xt", "qwen3-4b", "lora", 1, "RDNA4 16 GB: Qwen3-4B LoRA (8B: no fit)"),
-    PresetEntry("strixhalo_qwen3_lora", "strixhalo", "qwen3-4b", "lora", 1, "Strix Halo (unified): Qwen3-4B LoRA r6"),
-)
+def method_of(config: dict[str, Any]) -> str:
+    """lora, qlora (LoRA on quantized weights), freeze or full: what the keys train."""
+    method = str(config.get("finetuning_type", "lora"))
+    return "qlora" if method == "lora" and config.get("quantization_bit") else method
+
+
+def read_entry(path: Path) -> PresetEntry:
+    """One preset from its file; a header that does not say what the listing needs is one clear line."""
+    target, listed = header_target(path), listed_line(path)
+    form = f"{TARGET_HEADER} gpu=ALIAS arch=GFX gpus=N` and `{LISTED_HEADER} model=NAME -- DESCRIPTION"
+    if not target.get("gpu") or listed is None or not listed[0].get("model"):
+        raise UsageError(f"preset {path} lacks its header; its first two lines must be `{form}`.")
+    pairs, description = listed
+    config = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    folder = path.parent
+    companions = tuple(
+        str(config[key]) for key in PATH_KEYS if config.get(key) and not Path(str(config[key])).is_absolute()
+    )
+    after = tuple(
+        (command, f"after/{path.stem}_{command}.yaml")
+        for command in AFTER_COMMANDS
+        if (folder / "after" / f"{path.stem}_{command}.yaml").is_file()
+    )
+    return PresetEntry(
+        name=path.stem,
+        gpu=target["gpu"],
+        model=pairs["model"],
+        method=method_of(config),
+        gpus=int(target.get("gpus", "1")),
+        description=description,
+        companions=companions,
+        after=after,
+        order=int(pairs["order"]) if "order" in pairs else None,
+    )
+
+
+def load_registry(folder: Path) -> tuple[PresetEntry, ...]:
+    """Every ``*.yaml`` of ``folder``, in their ``order``, then by name. Read again when a file there changes."""
+    files = sorted(folder.glob("*.yaml"))
+    stamp = tuple((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in files)
+    after = folder / "after"
+    stamp += tuple(sorted(p.name for p in after.glob("*.yaml"))) if after.is_dir() else ()
+    return _load(folder, stamp)
+
+
+@lru_cache(maxsize=4)
+def _load(folder: Path, stamp: tuple) -> tuple[PresetEntry, ...]:
+    entries = [read_entry(p) for p in sorted(folder.glob("*.yaml"))]
+    return tuple(sorted(entries, key=lambda e: (e.order is None, e.order or 0, e.name)))

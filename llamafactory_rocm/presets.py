@@ -22,11 +22,8 @@ from .findings import Finding
 from .fsutil import atomic_write_text
 from .lf.memory import Estimate, estimate_config
 from .machine.catalogue import load_catalogue
-from .preset_registry import PRESETS, PresetEntry
+from .preset_registry import PATH_KEYS, PresetEntry, load_registry
 from .resources import datasets_dir, presets_dir
-
-# Keys holding paths that LLaMA-Factory resolves against the working directory.
-_PATH_KEYS = ("deepspeed",)
 
 
 @dataclass(frozen=True)
@@ -51,13 +48,18 @@ class PresetInfo:
         }
 
 
+def entries() -> tuple[PresetEntry, ...]:
+    """Every preset of the presets folder, read from the files' own header lines (preset_registry.py)."""
+    return load_registry(presets_dir())
+
+
 def names() -> list[str]:
-    return [p.name for p in PRESETS]
+    return [p.name for p in entries()]
 
 
 def entry(name: str) -> PresetEntry:
     stem = Path(name).stem if name.endswith((".yaml", ".yml")) else name
-    for preset in PRESETS:
+    for preset in entries():
         if preset.name == stem:
             return preset
     near = difflib.get_close_matches(stem, names(), n=3, cutoff=0.3) or names()[:3]
@@ -69,14 +71,15 @@ def path(name: str) -> Path:
 
 
 def after_paths(name: str) -> dict[str, Path]:
-    """The export and chat configs that follow the training preset ``name`` (``presets/after/``)."""
-    return {command: presets_dir() / rel for command, rel in entry(name).after.items()}
+    """The export and chat configs that follow the training preset ``name`` (``presets/after/``), where it
+    ships them ({} where it does not: they are optional)."""
+    return {command: presets_dir() / rel for command, rel in entry(name).after}
 
 
 def after_copy_names(name: str, dest: str | Path) -> dict[str, Path]:
     """Where ``copy(..., with_after=True)`` writes them: beside the copy, named after it."""
     target = copy_target(name, dest)
-    return {command: target.parent / f"{target.stem}_{command}.yaml" for command in entry(name).after}
+    return {command: target.parent / f"{target.stem}_{command}.yaml" for command, _ in entry(name).after}
 
 
 def raw(name: str) -> dict[str, Any]:
@@ -89,7 +92,7 @@ def load(name: str, overrides: Mapping[str, Any] | None = None) -> dict[str, Any
     cfg = {**raw(name), **(overrides or {})}
     if cfg.get("dataset_dir") == "datasets":  # the bundled definitions, from any working directory
         cfg["dataset_dir"] = str(datasets_dir())
-    for key in _PATH_KEYS:
+    for key in PATH_KEYS:
         if key in cfg and cfg[key] and not Path(str(cfg[key])).is_absolute():
             cfg[key] = str(presets_dir() / str(cfg[key]))
     return cfg
@@ -118,7 +121,7 @@ def list_presets(gpu: str | None = None) -> list[PresetInfo]:
     catalogue = load_catalogue()
     wanted = [
         p
-        for p in PRESETS
+        for p in entries()
         if target is None or catalogue.gpu(p.gpu)[1].target == target.arch  # type: ignore[index]
     ]
     return [info(p.name) for p in wanted]
@@ -139,6 +142,8 @@ def copy(name: str, dest: str | Path, force: bool = False, with_after: bool = Fa
         raise UsageError(f"folder {target.parent} does not exist; create it first (mkdir -p {target.parent}).")
     plan = [(path(name), target)] + [(presets_dir() / c, target.parent / c) for c in preset.companions]
     if with_after:
+        if not preset.after:
+            raise UsageError(f"preset {preset.name} ships no export or chat config; drop --with-after.")
         sources, names_ = after_paths(name), after_copy_names(name, dest)
         plan += [(sources[command], names_[command]) for command in sources]
     clobbered = [str(dst) for _, dst in plan if os.path.lexists(dst)]  # a link too, even a dangling one

@@ -12,14 +12,16 @@ import pytest
 import yaml
 
 from llamafactory_rocm import presets
+from llamafactory_rocm.check.target import header_target
 from llamafactory_rocm.errors import UsageError
 from llamafactory_rocm.findings import Level
 from llamafactory_rocm.lf.schema import train_keys
-from llamafactory_rocm.preset_registry import PRESETS
+from llamafactory_rocm.machine.catalogue import load_catalogue
+from llamafactory_rocm.preset_registry import load_registry
 from llamafactory_rocm.resources import presets_dir
 from tests.conftest import offline_env
 
-NAMES = [p.name for p in PRESETS]
+NAMES = presets.names()
 REQUIRED = {
     "mi300x_llama3_lora",
     "mi300x_llama3_lora_8gpu",
@@ -38,14 +40,28 @@ REQUIRED = {
 }
 
 
-def test_registry_and_folder_are_the_same_and_cover_the_issue():
-    on_disk = {p.stem for p in presets_dir().glob("*.yaml")}
-    assert on_disk == set(NAMES)
+def test_the_registry_is_the_folder_read_from_its_headers_and_covers_the_issue():
     assert set(NAMES) >= REQUIRED
-    for preset in PRESETS:
+    orders = [p.order for p in presets.entries()]
+    assert orders == list(range(1, len(NAMES) + 1))  # each shipped preset has its place in the list
+    for preset in presets.entries():
         assert preset.name.split("_")[0] == preset.gpu  # the GPU follows from the file name
+        _, arch = load_catalogue().gpu(preset.gpu)
+        assert header_target(presets.path(preset.name))["arch"] == arch.target  # the target line's arch is its GPU's
         for companion in preset.companions:
             assert (presets_dir() / companion).is_file()
+    assert presets.entry("rx7800xt_llama3_qlora").method == "qlora"  # quantization_bit: 4 over LoRA
+    assert presets.entry("mi300x_llama3_lora_8gpu").companions == ("deepspeed/ds_z2_config.json",)
+
+
+def test_a_preset_without_its_listed_line_is_one_clear_line(tmp_path):
+    text = presets.path("w7900_llama3_lora").read_text(encoding="utf-8").split("\n")
+    (tmp_path / "w7800_llama3_lora.yaml").write_text("\n".join([text[0], *text[2:]]), encoding="utf-8")
+    with pytest.raises(UsageError, match=r"w7800_llama3_lora.yaml lacks its header.*listed model=NAME -- DESCRIPTION"):
+        load_registry(tmp_path)
+    (tmp_path / "w7800_llama3_lora.yaml").write_text("\n".join(text), encoding="utf-8")
+    (entry,) = load_registry(tmp_path)  # read again: the file changed
+    assert (entry.name, entry.gpu, entry.after) == ("w7800_llama3_lora", "w7900", ())  # no after/ folder: none
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -14,10 +14,10 @@ from llamafactory_rocm.check.run import check_config
 from llamafactory_rocm.errors import UsageError
 from llamafactory_rocm.findings import Level
 from llamafactory_rocm.lf.commands import command_keys, infer_command
-from llamafactory_rocm.preset_registry import PRESETS
+from llamafactory_rocm.preset_registry import AFTER_COMMANDS
 from llamafactory_rocm.resources import presets_dir
 
-NAMES = [p.name for p in PRESETS]
+NAMES = presets.names()
 
 
 def load(path: Path) -> dict:
@@ -25,9 +25,10 @@ def load(path: Path) -> dict:
 
 
 def test_the_after_folder_holds_exactly_the_companions_of_the_training_presets():
-    expected = {rel for p in PRESETS for rel in p.after.values()}
+    expected = {f"after/{name}_{command}.yaml" for name in NAMES for command in AFTER_COMMANDS}
     on_disk = {str(p.relative_to(presets_dir())) for p in (presets_dir() / "after").glob("*.yaml")}
-    assert on_disk == expected
+    assert on_disk == expected  # optional for a new preset; every shipped one has both
+    assert all([command for command, _ in presets.entry(name).after] == ["export", "chat"] for name in NAMES)
 
 
 @pytest.mark.parametrize("name", NAMES)
