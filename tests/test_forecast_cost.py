@@ -23,9 +23,34 @@ def test_a_card_with_a_published_fraction_gets_a_band_with_its_source_and_date()
     f = _forecast("mi300x")
     assert f.hours[0] < f.hours[1] and f.cost[0] < f.cost[1]
     text = "\n".join(forecast_lines(f))
-    assert "MLPerf Training v5.1" in text and "2025-11-13" in text  # the fraction's source and date
+    assert "AMD's BF16 Llama 3.1 8B training" in text and "2025-01-29" in text  # the fraction's source and date
     assert "cliffcenter.com" in text and "2026-05-18" in text  # the price's
     assert "a lower bound" not in text  # a band, from a published fraction
+
+
+@pytest.mark.parametrize("alias", ["mi300x", "mi325x"])
+def test_the_band_is_the_bf16_training_measurement_it_records(alias):
+    """The band is recomputed from the BF16 measurement forecast/rates.json records (AMD's TFLOPS per GPU for Llama
+    3.1 8B, docs/rocm-facts.md#a4): high = TFLOPS per GPU / the card's catalogue peak; low = high x the worst
+    same-software MI300X/H200 gap ((H200 peak / MI300X peak) / 1.40). The recorded TFLOPS is the docs' table
+    cell, and the forecast's time band is the time at peak over those fractions."""
+    from llamafactory_rocm.forecast.cards import rates
+    from tests.test_catalogue_snapshot import _facts_section
+
+    band = rates()["achieved"][alias]
+    measured = band["measured"]
+    peak = load_catalogue().gpu(alias)[0].peak_dense_bf16_tflops
+    assert measured["peak_tflops"] == peak
+    high = measured["tflops_per_gpu"] / peak
+    gap = (measured["h200_peak_tflops"] / peak) / max(measured["same_software_h200_over_mi300x"])
+    assert band["fraction_high"] == pytest.approx(high, abs=5e-4)
+    assert band["fraction_low"] == pytest.approx(high * gap, abs=5e-4)
+    assert "BF16" in band["label"] and "FP8" not in band["label"]
+    rows = _facts_section("a4").splitlines()
+    row = next(line for line in rows if line.startswith("| Llama 3.1 8B") and "| 3 x 8192 |" in line)
+    assert f"| {measured['tflops_per_gpu']} |" in row
+    f = _forecast(alias)
+    assert f.hours == pytest.approx((f.hours_at_peak / band["fraction_high"], f.hours_at_peak / band["fraction_low"]))
 
 
 def test_a_card_with_a_peak_but_no_fraction_gets_a_lower_bound_said_as_one():
