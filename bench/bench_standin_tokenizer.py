@@ -130,7 +130,8 @@ def measure(family: str, work: Path) -> dict:
     return {
         "qwen3_unchanged_pct": baseline,
         "other_text": other,
-        "reference": f"{reference} (npm {package} {NPM_VERSION}, tokenizer.json sha256 {digest[:16]}...)",
+        "reference": reference,
+        "reference_file": f"npm {package} {NPM_VERSION}, models/tokenizer.json, sha256 {digest}",
         "datasets": [f"datasets/{n}.json" for n in names],
         "pipeline": f"LLaMA-Factory's sft get_dataset, template {template}, no cutoff",
         "rows": len(real),

@@ -72,9 +72,9 @@ def recorded_error(family: str) -> str | None:
     if entry is None:
         return None
     return (
-        f"{entry['total_pct']:+.2f}% tokens against {entry['reference']} on {', '.join(entry['datasets'])} "
-        f"({entry['rows']} rows, per row median {entry['median_row_pct']:+.2f}%, worst {entry['worst_row_pct']:+.2f}%; "
-        f"{entry['command']}, {entry['date']})"
+        f"{entry['total_pct']:+.2f}% tokens against {entry['reference']} on the bundled data ({entry['rows']} rows of "
+        f"{len(entry['datasets'])} datasets/*.json, per row median {entry['median_row_pct']:+.2f}%, worst "
+        f"{entry['worst_row_pct']:+.2f}%; {entry['command']}, {entry['date']})"
     )
 
 
