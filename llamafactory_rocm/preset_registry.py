@@ -1,14 +1,14 @@
 """The built-in presets, read from the YAML files in ``presets/``: a preset is its file and nothing else.
 
-Each file says what ``presets list`` shows in its first two lines (docs/architecture.md#add-a-preset):
+Each file says what ``presets list`` shows in its first two lines (docs/architecture.md#add-a-preset-one-file):
 
     # llamafactory-rocm: target gpu=mi300x arch=gfx942 gpus=1
     # llamafactory-rocm: listed order=1 model=llama3-8b -- Llama-3-8B LoRA, bf16, batch 16 x 4096
 
 The target line is the one ``check`` reads (check/target.py ``header_target``), so the GPU a preset is listed
 for is the GPU it is checked for. The name is the file's; the method and the files it refers to follow from
-its keys. The export and chat configs that follow training (``presets/after/NAME_{export,chat}.yaml``) are
-optional: a preset without them is listed and checked, and says it has none.
+its keys. The export and chat configs that follow training (``NAME_export.yaml``, ``NAME_chat.yaml`` in
+``presets/after/``) are optional: a preset without them is listed and checked, and says it has none.
 """
 
 from __future__ import annotations

@@ -115,7 +115,7 @@ def doc_preset() -> tuple[str, str]:
     """The file name and the YAML of the doc's worked example (its first yaml block under the heading)."""
     doc = (Path(__file__).resolve().parents[1] / "docs" / "architecture.md").read_text(encoding="utf-8")
     section = doc.split("\n## Add a preset: one file\n", 1)[1]
-    name = re.search(r"`presets/(\w+\.yaml)`", section)[1]
+    name = re.search(r"named `(\w+\.yaml)`", section)[1]
     return name, section.split("```yaml\n", 1)[1].split("```", 1)[0]
 
 
