@@ -206,6 +206,16 @@ def _applied(config: dict[str, Any], remedy: dict[str, Any]) -> dict[str, Any]:
     return fixed
 
 
+def _stock_runs(runs: dict[str, dict[str, Any]], work: Path, name: str) -> tuple[dict[str, Any], Any]:
+    """Every config run by stock ``llamafactory-cli train`` (hook off), in one child process."""
+    cases = []
+    for run_id, config in runs.items():
+        path = work / f"{len(cases)}.yaml"
+        path.write_text(yaml.safe_dump(config))
+        cases.append({"id": run_id, "dir": str(work), "args": [str(path)]})
+    return run_alone(cases, work, hook_off_env(work), name=name, timeout=1800)
+
+
 def _first_error(config: dict[str, Any]):
     return next(f for f in check_config(config, plan_without_gpu=False).findings if f.level is Level.ERROR)
 
@@ -238,12 +248,7 @@ def judged(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[s
                 runs[f"{name}: old fix"] = {**_applied(config, case.old_remedy), "output_dir": str(folder / "old-out")}
     finally:
         os.chdir(here)
-    cases = []
-    for run_id, config in runs.items():
-        path = work / f"{len(cases)}.yaml"
-        path.write_text(yaml.safe_dump(config))
-        cases.append({"id": run_id, "dir": str(work), "args": [str(path)]})
-    results, proc = run_alone(cases, work, hook_off_env(work), name="intent", timeout=1800)
+    results, proc = _stock_runs(runs, work, "intent")
     found["__stock__"] = results
     found["__log__"] = proc.stderr[-3000:]
     return found
@@ -332,3 +337,92 @@ def test_image_rows_on_a_text_only_model_name_the_dataset(tiny_model: Path, tmp_
     assert (first.code, first.key) == ("DATA_PIPELINE_REFUSED", "dataset"), first.line()
     assert "does not support image input" in first.message
     assert 'remove the "images" column' in first.fix and "vision-language model" in first.fix, first.fix
+
+
+# --- vague fixes made concrete: the row, the line of dataset_info.json ---------------------------------------
+
+OPENAI_TAGS_MISSING = {"file_name": "chat.json", "formatting": "sharegpt", "columns": {"messages": "messages"}}
+
+
+def _rows(kind: str) -> list[dict[str, Any]]:
+    turn = [{"role": "user", "content": "What is ROCm?"}, {"role": "assistant", "content": "AMD's GPU stack."}]
+    if kind == "numeric":
+        rows = [{"instruction": f"Question {i}?", "input": "", "output": "An answer."} for i in range(8)]
+        rows[3]["output"] = 42
+        return rows
+    if kind == "developer":
+        return [{"messages": [{"role": "developer", "content": "Be brief."}, *turn]}] * 8
+    if kind == "tools":
+        tool = {"name": "get_weather", "description": "The weather", "parameters": {"type": "object", "properties": {}}}
+        asked = [{"from": "human", "value": "Weather?"}, {"from": "gpt", "value": "Sunny."}]
+        return [{"conversations": asked, "tools": [tool]}] * 8
+    return [{"messages": turn}] * 8
+
+
+VAGUE: dict[str, tuple[str, dict[str, Any], str]] = {
+    # id -> (rows, the dataset_info.json entry, the stock run's words)
+    "a number in a text column": ("numeric", {"file_name": "chat.json"}, "DatasetGenerationError"),
+    "sharegpt rows without tags": ("openai", OPENAI_TAGS_MISSING, "KeyError"),
+    "the developer role": ("developer", {**OPENAI_TAGS_MISSING, "tags": {"role_tag": "role", "content_tag": "content",
+                           "user_tag": "user", "assistant_tag": "assistant"}}, "Cannot find valid samples"),
+    "tools as an array": ("tools", {"file_name": "chat.json", "formatting": "sharegpt",
+                          "columns": {"messages": "conversations", "tools": "tools"}}, "must be str"),
+    "a split the file lacks": ("numeric-fixed", {"file_name": "chat.json", "split": "validation"}, "Unknown split"),
+}  # fmt: skip
+
+
+def _follow(name: str, rows: list[dict[str, Any]], entry: dict[str, Any], fix: str) -> None:
+    """Do what the fix says to the data or its entry (its concrete line), as a user would."""
+    import re
+
+    if name == "a number in a text column":
+        row, text = re.search(r"row (\d+) \(line \d+\) as text, \"output\": (\"[^\"]*\")", fix).groups()
+        rows[int(row) - 1] = {**rows[int(row) - 1], "output": json.loads(text)}
+    elif name in ("sharegpt rows without tags", "the developer role"):
+        entry["tags"] = json.loads(re.search(r'set "tags": (\{[^}]*\})', fix).group(1))
+    elif name == "tools as an array":
+        assert "json.dumps" in fix, fix
+        rows[:] = [{**row, "tools": json.dumps(row["tools"])} for row in rows]
+    elif name == "a split the file lacks":
+        entry["split"] = re.search(r'set "split": "(\w+)"', fix).group(1)
+
+
+def test_a_vague_data_refusal_gets_a_line_that_trains(tiny_model: Path, tmp_path: Path, monkeypatch) -> None:
+    """Each data refusal's fix names the row or the entry's line to change; done as it says, the stock run
+    (hook off) trains where the data as given is refused."""
+    monkeypatch.chdir(tmp_path)
+    runs: dict[str, dict[str, Any]] = {}
+    for name, (kind, entry, _) in VAGUE.items():
+        for state in ("given", "fixed"):
+            folder = tmp_path / name.replace(" ", "_") / state
+            folder.mkdir(parents=True)
+            rows = _rows("numeric" if kind == "numeric-fixed" else kind)
+            if kind == "numeric-fixed":
+                rows[3]["output"] = "42"
+            entry_now = json.loads(json.dumps(entry))
+            config = tiny_train_config(tiny_model, folder / "out", max_steps=1, dataset="chat", dataset_dir=str(folder))
+            if state == "fixed":
+                first = _first_error(runs[f"{name}: given"])
+                assert (first.code, first.key) == (VAGUE_CODES[name], "dataset"), first.line()
+                _follow(name, rows, entry_now, first.fix)
+            (folder / "chat.json").write_text(json.dumps(rows))
+            (folder / "dataset_info.json").write_text(json.dumps({"chat": entry_now}))
+            runs[f"{name}: {state}"] = config
+        fixed = runs[f"{name}: fixed"]
+        again = [f for f in check_config(fixed, plan_without_gpu=False).findings if f.level is Level.ERROR]
+        assert not again, (name, [f.line() for f in again])
+    results, proc = _stock_runs(runs, tmp_path, "vague")
+    for name, (_, _, words) in VAGUE.items():
+        given, fixed = results.get(f"{name}: given"), results.get(f"{name}: fixed")
+        assert given is not None and fixed is not None, proc.stderr[-3000:]
+        assert given["exit"] != 0 and words in given["error"], (name, given)
+        assert fixed["exit"] == 0, (name, fixed)
+
+
+VAGUE_CODES = {
+    "a number in a text column": "DATASET_INVALID",
+    "sharegpt rows without tags": "DATASET_INVALID",
+    "the developer role": "DATASET_INVALID",
+    "tools as an array": "DATA_PIPELINE_REFUSED",
+    "a split the file lacks": "DATA_PIPELINE_REFUSED",
+}

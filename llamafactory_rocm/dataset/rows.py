@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..lf.patching import Patches
+from .tags import needed_tags
 
 DEFAULT_MAX_ROWS_SHOWN = 20
 PROBE_ROWS = 256  # rows per call of the processor: few enough that the garbage collector stays cheap
@@ -117,6 +118,7 @@ class RowChecker:
         cls = _processor_class(stage, data_args)
         self.probe = _probe(cls, data_args) if cls is not None else None
         self.count_empty = not dataset_attr.kto_tag  # a KTO row carries an empty response by design
+        self.attr = dataset_attr
         self.tally = RowTally(limit=limit)
 
     def check(self, table: Any, lines: Callable[[], list[int]], file: str | None = None) -> None:
@@ -139,7 +141,8 @@ class RowChecker:
                 converted.append((index, converter(rows[index])))
             except Exception as err:  # KeyError for a missing column, TypeError for a bad shape, ...
                 tally.failed += 1
-                named.add(tally.failed_rows, index, _converter_error(err))
+                tags = needed_tags(rows[index], self.attr) if isinstance(err, KeyError) else None
+                named.add(tally.failed_rows, index, _converter_error(err) + (f"; {tags}" if tags else ""))
                 continue
             if len(log) > seen:
                 warned[index] = log[seen]
@@ -152,6 +155,8 @@ class RowChecker:
                     tally.empty_responses += 1
                 continue
             reason = _reason(warned.get(index) or next(dropping, ""))
+            tags = needed_tags(rows[index], self.attr) if reason.startswith("Invalid role tag") else None
+            reason += f"; {tags}" if tags else ""  # the one line of the entry that reads the row's roles
             tally.dropped += 1
             tally.reasons[reason] = tally.reasons.get(reason, 0) + 1
             named.add(tally.dropped_rows, index, f"LLaMA-Factory drops it: {reason}")

@@ -28,6 +28,7 @@ from .entry import (
 )
 from .info import INFO_FILE, load_dataset_info
 from .loader import LoadError, stream_tables
+from .odd_value import odd_value
 from .rows import DEFAULT_MAX_ROWS_SHOWN, RowChecker, RowIssue
 
 DEFAULT_MAX_DROPPED = 0.5  # more than half the rows dropped is a mapping mistake, not a few bad rows
@@ -271,7 +272,10 @@ def _check_rows(report: DatasetReport, files: list[Path], attr: Any, options: Ch
             label = batch.file.name if labelled else None
             checker.check(table, batch.row_lines, label)
     except LoadError as err:
-        report.errors.append(f"datasets cannot load it, so LLaMA-Factory stops: {err}")
+        odd = odd_value(err.message, err.file) if err.line is None else None
+        report.errors.append(
+            f"datasets cannot load it, so LLaMA-Factory stops: {err}" + (f"; {odd.said()}" if odd else "")
+        )
     tally = checker.tally
     report.rows, report.kept, report.dropped, report.failed = tally.rows, tally.kept, tally.dropped, tally.failed
     report.dropped_rows, report.bad_rows, report.drop_reasons = tally.dropped_rows, tally.failed_rows, tally.reasons

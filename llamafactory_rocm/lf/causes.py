@@ -314,7 +314,15 @@ def _media_values(groups: Mapping[str, str], config: Mapping[str, Any]) -> dict[
     return {"dataset": config.get("dataset", ""), "template": config.get("template", ""), "key": "dataset"}
 
 
+def _split_values(groups: Mapping[str, str], config: Mapping[str, Any]) -> dict[str, Any]:
+    """The datasets the config names, for the fix of a split their files lack."""
+    names = [str(config.get(k)) for k in ("dataset", "eval_dataset") if config.get(k)]
+    splits = groups.get("splits", "").replace("'", "")
+    return {"datasets": ", ".join(names) or "the dataset", "splits": splits, "first_split": splits.split(",")[0]}
+
+
 _CASE_VALUES = {
+    "split the data lacks": _split_values,
     "media on a text-only model": _media_values,
     "optim_args": _optim_args,
     "accelerator_config key": _accelerator_config,
