@@ -12,6 +12,8 @@ import contextlib
 import io
 import itertools
 import re
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -53,12 +55,30 @@ def quoted_block(doc: str, marker: str) -> str:
     return text[start : text.index("```", start)].rstrip("\n")
 
 
-def documented_machine(monkeypatch, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def laptop_hub() -> Iterator[str]:
+    """The Hugging Face Hub as a laptop without a token sees it: Meta's Llama 3 repos gated (401, GatedRepo), no
+    other repo (tests/hub_server.py on 127.0.0.1; nothing leaves this machine)."""
+    from tests.hub_server import serving
+
+    gated = ("meta-llama/Meta-Llama-3-8B-Instruct",)
+    empty = Path(tempfile.mkdtemp(prefix="laptop-hub-"))
+    with serving(dict.fromkeys(gated, empty), gated=frozenset(gated)) as hub:
+        yield hub.url
+
+
+def documented_machine(monkeypatch, tmp_path: Path, hub_url: str | None = None) -> None:
     """What a planned check reads of this machine besides the plan, set as on the machine the docs describe:
     none of the variables the rules read (a PYTORCH_ROCM_ARCH or HIP_VISIBLE_DEVICES here would change the
-    findings) and an empty Hugging Face cache (the quoted dry run says the model is not in it; transformers
-    reads ``constants.HF_HUB_CACHE`` at each call, set once at import, so the constant is patched too)."""
+    findings), an empty Hugging Face cache (the quoted dry run says the model is not in it; transformers
+    reads ``constants.HF_HUB_CACHE`` at each call, set once at import, so the constant is patched too) and
+    ``hub_url``'s Hub (``laptop_hub``: the check asks it for the config and tokenizer of a model not here)."""
     import huggingface_hub.constants
+
+    if hub_url is not None:
+        monkeypatch.setenv("HF_ENDPOINT", hub_url)
+        monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", hub_url)
+        monkeypatch.delenv("HF_TOKEN", raising=False)
 
     for name in (*RELEVANT_ENV_VARS, *WORLD_ENV_VARS):
         monkeypatch.delenv(name, raising=False)
@@ -75,9 +95,9 @@ def documented_machine(monkeypatch, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("doc", "marker", "args"), TRANSCRIPTS, ids=[f"{t[0]}:{' '.join(t[2][:2])}" for t in TRANSCRIPTS]
 )
-def test_the_quoted_output_is_what_the_command_prints(doc, marker, args, monkeypatch, tmp_path):
+def test_the_quoted_output_is_what_the_command_prints(doc, marker, args, monkeypatch, tmp_path, laptop_hub):
     monkeypatch.chdir(ROOT)
-    documented_machine(monkeypatch, tmp_path)
+    documented_machine(monkeypatch, tmp_path, laptop_hub)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         main(args)
@@ -141,7 +161,7 @@ def test_the_forecast_pages_block_is_what_check_prints(tiny_model, monkeypatch, 
     with contextlib.redirect_stdout(out):
         main(["check", "run.yaml", "--forecast", "--gpu", "mi300x"])
     lines = out.getvalue().splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("forecast ("))
+    start = next(i for i, line in enumerate(lines) if line.startswith("forecast: "))
     block = [lines[start], *itertools.takewhile(lambda line: line.startswith("  "), lines[start + 1 :])]
     text = (ROOT / "docs/forecast.md").read_text(encoding="utf-8")
     quoted_start = text.index("```\n") + len("```\n")

@@ -83,14 +83,22 @@ def test_a_price_that_is_not_one_is_one_line(price, tmp_path):
 
 
 def test_a_forecast_that_cannot_be_made_says_why(tmp_path):
-    """The preset's model is not in this (empty) Hugging Face cache: no data pipeline runs, so no rows."""
+    """A model that is not in this (empty) Hugging Face cache, offline, with no bundled shape to stand in for it
+    (llamafactory_rocm/models/): no data pipeline runs, so no rows, and the line says why."""
+    import yaml
+
     from llamafactory_rocm.resources import presets_dir
     from tests.conftest import offline_env, run_cli
 
-    preset = presets_dir() / "mi300x_llama3_lora.yaml"
-    done = run_cli(["check", str(preset), "--gpu", "mi300x", "--forecast"], tmp_path, offline_env(tmp_path))
+    config = yaml.safe_load((presets_dir() / "mi300x_llama3_lora.yaml").read_text())
+    config["model_name_or_path"] = "acme/a-model-with-no-bundled-shape"
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(config))
+    done = run_cli(["check", "run.yaml", "--gpu", "mi300x", "--forecast"], tmp_path, offline_env(tmp_path))
     assert done.returncode == 0, done.stderr[-2000:]
     assert "forecast: not made: the dry run counted no train rows" in done.stdout
+    assert "acme/a-model-with-no-bundled-shape is not local and not in the Hugging Face cache; HF_HUB_OFFLINE" in (
+        done.stdout
+    )
 
 
 def test_a_forecast_that_fails_is_said_and_never_stops_the_check(monkeypatch):

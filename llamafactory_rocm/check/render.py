@@ -208,7 +208,10 @@ def card_lines(rows: list[dict], peak_gib: float | None, gpus: int) -> list[str]
         elif row["hours_at_peak"]:
             time = f"at least {_duration(row['hours_at_peak'])} (100% of peak, no measured fraction)"
         else:
-            time = "no time: " + row["why_no_time"].split(" (", 1)[0].removeprefix("time not forecast: ")
+            # "no peak dense bf16 figure for mi50 (none published by AMD: <source>)": the reason, not the source
+            head, _, reason = row["why_no_time"].removeprefix("time not forecast: ").partition(" (")
+            reason = reason.split(":", 1)[0].rstrip(")")
+            time = f"no time: {head}" + (f" ({reason})" if reason else "")
         cost = ""
         if row["cost_usd"]:
             low, high = row["cost_usd"]
