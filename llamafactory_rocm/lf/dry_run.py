@@ -32,6 +32,7 @@ from .dry_data import load_data
 from .dry_model import build_model, build_workflow_models, tokenizer_and_template
 from .dry_parts import DryRun, Launch
 from .dry_resume import check_resume
+from .dry_step import first_step
 from .dry_trainer import trainer_setup
 from .model_files import model_files
 from .patching import llamafactory_call, progress_bars_off
@@ -172,6 +173,7 @@ def _go(launch: Launch) -> None:
         _timed(launch, "workflow models", build_workflow_models)
     _timed(launch, "resume", check_resume)
     _timed(launch, "trainer", trainer_setup)
+    _timed(launch, "first step", first_step)  # the workflow itself, to its first optimizer step, on a twin
 
 
 def _check_stage_requirements(launch: Launch) -> None:

@@ -1,7 +1,8 @@
 """The training dry run's trainer step (lf/dry_run.py): the parts of transformers' ``Trainer`` set-up that
 need no weights, called as the trainer calls them (the trainer itself is not built: it needs weights):
 ``TrainingArguments.get_process_log_level``, ``Trainer.get_optimizer_cls_and_kwargs`` and the optimizer class
-on a stand-in parameter, ``get_scheduler``, ``get_reporting_integration_callbacks`` (instantiated, as the
+on a stand-in parameter, the scheduler as LLaMA-Factory's trainers create it (its ``create_custom_scheduler``,
+then transformers' ``get_scheduler``), ``get_reporting_integration_callbacks`` (instantiated, as the
 trainer does), and torch's ``DataLoader`` batch arguments (docs/llamafactory-launch.md#d7). This machine's
 packages are what is checked (an optimizer's or a reporter's optional package).
 """
@@ -14,11 +15,13 @@ from ..errors import one_line
 from .causes import cause_of
 from .dry_parts import Launch
 from .memory import optimizer_state_bytes
+from .patching import Patches
 from .work import work_of
 
 
 def trainer_setup(launch: Launch) -> None:
     import torch
+    from llamafactory.train.trainer_utils import create_custom_scheduler
     from transformers import Trainer
     from transformers.integrations import get_reporting_integration_callbacks
     from transformers.optimization import get_scheduler
@@ -78,13 +81,19 @@ def trainer_setup(launch: Launch) -> None:
     if optimizer is not None:
         steps = work_of(launch.training_args, launch.train_rows or 1).steps  # as the trainer counts them
         try:
-            get_scheduler(
-                args.lr_scheduler_type,
-                optimizer=optimizer,
-                num_warmup_steps=args.get_warmup_steps(steps),
-                num_training_steps=steps,
-                scheduler_specific_kwargs=args.lr_scheduler_kwargs,
-            )
+            with Patches() as patches:
+                # LLaMA-Factory's trainers' create_scheduler: its create_custom_scheduler fills in what
+                # transformers' get_scheduler needs (warmup_stable_decay's num_stable_steps and num_decay_steps)
+                # into lr_scheduler_kwargs, then transformers' create_scheduler calls get_scheduler
+                patches.setattr(args, "lr_scheduler_kwargs", dict(args.lr_scheduler_kwargs or {}))
+                create_custom_scheduler(args, steps, optimizer)
+                get_scheduler(
+                    args.lr_scheduler_type,
+                    optimizer=optimizer,
+                    num_warmup_steps=args.get_warmup_steps(steps),
+                    num_training_steps=steps,
+                    scheduler_specific_kwargs=args.lr_scheduler_kwargs,
+                )
         except (ImportError, ValueError, TypeError, OverflowError) as exc:  # OverflowError: warmup_steps: .inf
             launch.run.error(
                 code="SCHEDULER_REFUSED",
