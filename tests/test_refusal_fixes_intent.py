@@ -426,3 +426,13 @@ VAGUE_CODES = {
     "tools as an array": "DATA_PIPELINE_REFUSED",
     "a split the file lacks": "DATA_PIPELINE_REFUSED",
 }
+
+
+def test_planned_for_a_rocm_card_unsloth_is_never_a_plain_install(tiny_model: Path, tmp_path: Path) -> None:
+    """Planned for an MI300X, use_unsloth without unsloth here is the target's requirement: its fix turns the key
+    off and names the install only with --no-deps, as unsloth's requirements pull pip's (CUDA) torch builds."""
+    config = tiny_train_config(tiny_model, tmp_path / "out", max_steps=1, use_unsloth=True)
+    report = check_config(config, gpu="mi300x")
+    (found,) = [f for f in report.findings if f.code == "PACKAGE_REQUIRED" and f.key == "use_unsloth"]
+    assert "use_unsloth: false" in found.fix and "pip install --no-deps unsloth" in found.fix, found.fix
+    assert 'pip install "unsloth"' not in found.fix and "install it on the target" not in found.message

@@ -190,8 +190,10 @@ def require_packages(config: Mapping[str, Any], env: Mapping[str, str], ctx: Con
                 Finding(
                     code="PACKAGE_REQUIRED",
                     key=need.key,
-                    message=f"{need.why} ({wanted}); {here} here, so install it on the target machine.",
-                    fix_with={"wanted": wanted},
+                    message=f"{need.why} ({wanted}); {here} here"
+                    + ("." if _normalise(need.distribution) in _PULLS else ", so install it on the target machine."),
+                    # the target's versions are not known here: only the torch builds it pulls are said
+                    **_install_or_not(need, wanted, {}),
                 )
             )
         else:
@@ -203,7 +205,7 @@ def require_packages(config: Mapping[str, Any], env: Mapping[str, str], ctx: Con
                     new=need.distribution,  # the package to install (check/rank.py folds the parser's refusal)
                     # the need comes from the key (required_packages); an environment switch is no key
                     remedy={need.key: None} if need.key in config else None,
-                    **_install_or_not(need, wanted, ctx),
+                    **_install_or_not(need, wanted, {**_pinned_versions_here(), **ctx.snapshot.packages}),
                 )
             )
     return unchanged(config, env, *findings)
@@ -226,10 +228,10 @@ def _pinned_versions_here() -> dict[str, str | None]:
     return found
 
 
-def _install_or_not(need: Need, wanted: str, ctx: Context) -> dict[str, Any]:
+def _install_or_not(need: Need, wanted: str, versions: Mapping[str, str | None]) -> dict[str, Any]:
     """The fix's case: the install, or (a package whose install replaces torch or moves a version LLaMA-Factory
     pins) the key turned off, the install only with --no-deps and the reason."""
-    harm = install_harm(need.distribution, {**_pinned_versions_here(), **ctx.snapshot.packages})
+    harm = install_harm(need.distribution, versions)
     if harm is None:
         return {"fix_as": "install", "fix_with": {"wanted": wanted, "key": need.key}}
     companions = " ".join(requirement_name(r) for r in _PULLS[_normalise(need.distribution)] if "zoo" in r)
