@@ -262,11 +262,13 @@ def test_the_end_to_end_row_is_left_out_where_it_cannot_run_as_the_run_does():
 
 
 def _timed_by_a_known_machine(forecast, *, per_update: float, per_pass: float, rate: float, warmup: float,
-                              epoch_start: float, steps: int = 4, shape_pass: float | None = None):  # fmt: skip
+                              epoch_start: float, steps: int = 4, shape_pass: float | None = None,
+                              shape_rate: float | None = None):  # fmt: skip
     """The clock of a measure on a machine whose times are known: each optimizer step takes ``per_update`` plus,
     for each of its micro-batches, ``per_pass`` and the micro-batch's FLOPs at ``rate``; the first step also
     ``warmup`` and the first epoch's start (``epoch_start`` from on_epoch_begin to the first batch, beyond a
-    step's fetch); the shapes' passes take ``shape_pass`` (default ``per_pass``) and their FLOPs at ``rate``.
+    step's fetch); the shapes' passes take ``shape_pass`` (default ``per_pass``) and their FLOPs at ``shape_rate``
+    (default ``rate``).
     ``forecast``'s rows are all 64 tokens long (no padding), its batches full: each micro-batch holds batch x 64
     tokens."""
     from llamafactory_rocm.forecast.measure import StepTimes
@@ -276,6 +278,7 @@ def _timed_by_a_known_machine(forecast, *, per_update: float, per_pass: float, r
     flops_a_token = step.total / (step.sequences * step.length)  # no attention kernel counted: one rate
     seconds = per_update + work.accumulation * per_pass + tokens * flops_a_token / rate
     fetch, shape_pass = 0.001, per_pass if shape_pass is None else shape_pass
+    shape_rate = rate if shape_rate is None else shape_rate
     events, ends, now = [("begin", 0.0), ("epoch_begin", 0.0)], [], epoch_start + fetch
     for i in range(steps):
         events.append(("step_begin", now))
@@ -285,7 +288,7 @@ def _timed_by_a_known_machine(forecast, *, per_update: float, per_pass: float, r
         now += fetch
     shapes = []
     for kind, rows in (("batch", work.per_device_batch), ("row", 1)):
-        shapes += [(kind, rows, 64, shape_pass + rows * 64 * flops_a_token / rate)] * 2
+        shapes += [(kind, rows, 64, shape_pass + rows * 64 * flops_a_token / shape_rate)] * 2
     return StepTimes(0.0, tuple(ends), tuple(tokens * (i + 1) for i in range(steps)), "a known machine",
                      events=tuple(events), shapes=tuple(shapes), shapes_why="no end-to-end row here",
                      micro_batches=(work.accumulation,) * steps)  # fmt: skip
@@ -351,3 +354,41 @@ def test_micro_batches_far_from_the_measured_ones_size_make_the_time_less_sure(b
     other = forecast_of({**config, "per_device_train_batch_size": batch}, TrainRows(rows, (64,) * rows), ranks,
                         None, {"step_flops": step})  # fmt: skip
     assert (carried_forecast(other, measured, "rate.json")["size_note"] is not None) is less_sure
+
+
+def test_a_fit_that_disagrees_with_the_timed_steps_is_bounded_by_them():
+    """The shapes are timed after the trainer's loop: under another load (a shared machine) their rate is not the
+    steps'. Here they ran at a tenth of the steps' FLOP rate: the fit alone put the run's steps at 4x what every
+    timed step took. The oracle is the machine's own times: the steps' part is steps x the slowest timed step,
+    said, and the band holds the run's time."""
+    from llamafactory_rocm.forecast.flops import StepFlops
+    from llamafactory_rocm.forecast.measure import measured_forecast
+    from llamafactory_rocm.forecast.run import TrainRows, forecast_of
+
+    step = StepFlops(forward=10**9, backward=2 * 10**9, recompute=0, sequences=4, length=64)
+    config = {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 2, "num_train_epochs": 2.0}
+    mine = forecast_of(config, TrainRows(32, (64,) * 32), 1, None, {"step_flops": step})
+    per_update, per_pass, rate, warmup, epoch_start = 0.05, 0.02, 1e11, 0.7, 0.3
+    times = _timed_by_a_known_machine(mine, per_update=per_update, per_pass=per_pass, rate=rate, warmup=warmup,
+                                      epoch_start=epoch_start, shape_rate=rate / 10)  # fmt: skip
+    measured = measured_forecast(mine, times, 4)
+    a_step = per_update + 2 * per_pass + 2 * 4 * 64 * (3 * 10**9 / 256) / rate
+    own = 8 * a_step + warmup + 2 * epoch_start
+    print(f"BOUNDED: {measured['run_seconds_parts'][0][0]}")
+    assert measured["steps_bound"] == "slowest"
+    assert (
+        measured["run_seconds_parts"][0][0].startswith("8 steps x ")
+        and "the slowest timed step" in (measured["run_seconds_parts"][0][0])
+    )
+    assert measured["run_seconds"] == pytest.approx(own, rel=1e-6), measured["run_seconds_parts"]
+    low, high = measured["run_seconds_band"]
+    assert low <= own * (1 + 1e-9) and own <= high * (1 + 1e-9)
+    # the same measure with the shapes at the steps' own rate is not bounded: the fit stands
+    agreed = measured_forecast(
+        mine,
+        _timed_by_a_known_machine(
+            mine, per_update=per_update, per_pass=per_pass, rate=rate, warmup=warmup, epoch_start=epoch_start
+        ),
+        4,
+    )
+    assert "steps_bound" not in agreed and "FLOP/s" in agreed["run_seconds_parts"][1][0]

@@ -272,3 +272,66 @@ def test_packed_rows_of_a_sample_are_said_to_be_an_estimate(stock_runs, tmp_path
                                                                    "full_split_rows": 300}  # fmt: skip
     stock = stock_runs["states"]["packing-every-row"]["global_step"]
     print(f"SCALED packing: {forecast.work.steps} steps against the stock run's {stock}")
+
+
+# streamed (LLaMA-Factory's streaming: an IterableDataset), so the trainer runs max_steps: a local file is
+# streamed in dataloader_num_workers shards (tests/test_refusal_fixes.py: 0 reads no rows). One worker reads the
+# shuffled stream in order; two take turns with their own shards' batches.
+STREAMED = {
+    "streamed-one-worker": dict(
+        streaming=True, dataloader_num_workers=1, max_steps=7, per_device_train_batch_size=3,
+        gradient_accumulation_steps=2, max_samples=None,
+    ),
+    "streamed-two-workers": dict(
+        streaming=True, dataloader_num_workers=2, max_steps=5, per_device_train_batch_size=4,
+        gradient_accumulation_steps=2, max_samples=None,
+    ),
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def streamed_runs(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    work = tmp_path_factory.mktemp("forecast-streamed")
+    cases, configs = [], {}
+    for name, overrides in STREAMED.items():
+        config = tiny_train_config(tiny_model, work / name, save_strategy="no", logging_steps=100)
+        config.update(cutoff_len=1024, include_num_input_tokens_seen=True, **overrides)
+        config = {k: v for k, v in config.items() if v is not None}  # LLaMA-Factory refuses max_samples streamed
+        configs[name] = config
+        (work / f"{name}.yaml").write_text(yaml.safe_dump(config))
+        cases.append({"id": name, "dir": str(work), "args": [str(work / f"{name}.yaml")], "micro_batches": True})
+    results, proc = run_alone(cases, work, hook_off_env(work), name="streamed", timeout=900)
+    states = {}
+    for name, config in configs.items():
+        assert results.get(name, {}).get("exit") == 0, (name, results.get(name), proc.stderr[-3000:])
+        states[name] = json.loads((Path(config["output_dir"]) / "trainer_state.json").read_text())
+    return {"configs": configs, "states": states, "micro_batches": {n: r["micro_batches"] for n, r in results.items()}}
+
+
+@pytest.mark.parametrize("name", list(STREAMED))
+def test_a_streamed_run_is_forecast_at_max_steps_with_the_streams_tokens(name, streamed_runs, tmp_path):
+    """``check --forecast --json`` on a streamed config (the dry run counts no rows: before, no forecast): the
+    steps and passes are the stock run's; the tokens, from the stream's rows the dry run read as the run's
+    dataloader reads them (one worker in order, two taking turns with their shards' batches), equal the
+    trainer's count. Before the dataloader read them, the two workers' tokens were a sample's: +5.6%, 1 sd."""
+    import contextlib
+    import io
+
+    from llamafactory_rocm.cli.main import main
+
+    config = {**streamed_runs["configs"][name], "output_dir": str(tmp_path / "out")}
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(config))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        main(["check", str(path), "--gpu", "mi300x", "--forecast", "--json"])
+    forecast = json.loads(out.getvalue())["forecast"]
+    state = streamed_runs["states"][name]
+    seen = state["num_input_tokens_seen"]
+    tokens, work = forecast["tokens"], forecast["work"]
+    print(f"STREAMED {name}: steps {work['steps']} vs {state['global_step']}; tokens {tokens['total']} vs {seen} "
+          f"({tokens['total'] / seen - 1:+.2%}, sd {tokens['spread']}), exact {tokens['exact']}")  # fmt: skip
+    assert work["streamed"] and work["steps"] == state["global_step"] == config["max_steps"]
+    assert work["batches_per_rank_per_epoch"] == streamed_runs["micro_batches"][name]
+    assert tokens["exact"] and not tokens["lengths_sampled"] and tokens["total"] == seen
+    assert forecast["run_flops"] > 0 and forecast["hours"]

@@ -126,6 +126,9 @@ def run_show(args: argparse.Namespace) -> int:
     print(f"# file: {d['path']}\n")
     print(presets.path(args.name).read_text(encoding="utf-8"), end="")
     after = presets.after_paths(args.name)
+    if not after:
+        print("\n# After training: this preset ships no export or chat config (docs/after-training.md)")
+        return 0
     print("\n# After training (train -> export -> chat; `presets copy NAME DEST --with-after` writes them):")
     for command, file in after.items():
         print(f"#   {command}: llamafactory-cli {command} {file}")

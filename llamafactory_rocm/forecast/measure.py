@@ -313,6 +313,15 @@ def measured_forecast(forecast: Any, times: StepTimes, steps_asked: int) -> dict
             result["model_why"] = times.shapes_why or rates.why
         parts.append((f"{steps:,} steps x {overhead:.3g} s overhead", steps * overhead))
         parts.append(_flops_part(forecast, rates))
+        # the fit (shapes timed after the loop, maybe under another load) must not override the steps it timed
+        fitted, low, high = parts[0][1] + parts[1][1], steps * min(timed), steps * max(timed)
+        if not low <= fitted <= high:
+            which, bound = ("slowest", high) if fitted > high else ("fastest", low)
+            result["steps_bound"] = which
+            parts[:2] = [
+                (f"{steps:,} steps x {bound / steps:.3g} s, the {which} timed step (the fit's overhead + FLOPs "
+                 f"gave {fitted:.3g} s, outside the timed steps' {low:.3g}-{high:.3g} s)", bound)
+            ]  # fmt: skip
     else:
         if times.shapes_why and not times.shapes:  # no shape was timed
             why = times.shapes_why
@@ -339,9 +348,10 @@ def measured_forecast(forecast: Any, times: StepTimes, steps_asked: int) -> dict
     result["run_seconds_parts"] = [[text, seconds] for text, seconds in parts]
     # how uncertain: the steps' part at the fastest and the slowest timed step instead of their median (on a
     # shared machine the load a run meets moves it more than the model's error)
-    steps_part = parts[0][1] + (parts[1][1] if result["model"] != "seconds a step" else 0.0)
+    fit_parts = result["model"] != "seconds a step" and "steps_bound" not in result
+    steps_part = parts[0][1] + (parts[1][1] if fit_parts else 0.0)
     rest = result["run_seconds"] - steps_part
-    result["run_seconds_band"] = [rest + steps_part * min(timed) / per_step, rest + steps_part * max(timed) / per_step]
+    result["run_seconds_band"] = [rest + steps * min(timed), rest + steps * max(timed)]
     return result
 
 
@@ -465,6 +475,14 @@ def device_name() -> str:
     return f"CPU: {model}, {torch.get_num_threads()} thread(s)"
 
 
+def device_sync() -> Any:
+    """What waits for the device's queued kernels before a timestamp (ROCm's torch answers as torch.cuda): a step
+    ends when its work is done, not when the host queued it; nothing to wait for on the CPU."""
+    import torch
+
+    return torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+
+
 def run_events(args: Any, steps: int, epochs: int) -> dict[str, int]:
     """The saves and evaluations the real run makes: transformers' ``DefaultFlowCallback`` (the callback that
     decides them in the trainer's loop) asked at each of the run's ``steps`` step ends and ``epochs`` epoch
@@ -527,7 +545,7 @@ def _shapes(model: Any, dataloader: Any) -> tuple[list[tuple[str, int, int, floa
     joined = min(rows, _END_TO_END_ROWS)
     why = _no_end_to_end(model, batch, rows, length, joined * length)
     end_to_end = None if why else {k: v[:joined].reshape(1, joined * length) for k, v in batch.items()}
-    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    sync = device_sync()
 
     def timed_pass(inputs: Mapping[str, Any]) -> float:
         sync()
@@ -559,8 +577,10 @@ def _shapes(model: Any, dataloader: Any) -> tuple[list[tuple[str, int, int, floa
 
 def _child(config_file: str, clock_file: str) -> None:
     """The measuring run: stock run_exp with a clock callback; the timestamps written to ``clock_file``."""
+    import torch
     from transformers import TrainerCallback
 
+    sync = device_sync()
     payload = json.loads(Path(config_file).read_text(encoding="utf-8"))
     run = payload["run"]
 
@@ -578,6 +598,7 @@ def _child(config_file: str, clock_file: str) -> None:
             self.substeps = 0
 
         def _event(self, name: str) -> float:
+            sync()
             now = time.perf_counter()
             self.events.append((name, now))
             return now
@@ -628,8 +649,6 @@ def _child(config_file: str, clock_file: str) -> None:
 
     clock = Clock()
     run_exp(args=payload["config"], callbacks=[clock])
-    import torch
-
     # on a GPU the process's CPU time is the launches' and waits', not a share of the device: not said
     wall = clock.ends[-1] - clock.ends[0] if len(clock.ends) > 1 and not torch.cuda.is_available() else 0.0
     Path(clock_file).write_text(

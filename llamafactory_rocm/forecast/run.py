@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..lf.work import Work, optimizer_steps
+from ..lf.work import Work, optimizer_steps, streamed_steps
 from .cards import Card, add_cards, card_for, time_and_cost
 from .flops import request
 from .tokens import PAD_MULTIPLE, SEQUENCES_PER_ROW, Tokens, run_tokens
@@ -78,11 +78,13 @@ class TrainRows:
     rows_scaled: tuple[int, int, int] | None = None  # (made, of rows read, full split): the steps are estimated
     pair_tokens: tuple[int, ...] | None = None  # dpo/kto: both sequences' tokens of each row, not padded
     kl_lengths: tuple[int, ...] | None = None  # kto: the KL rows' lengths
+    streamed: bool = False  # streaming: no row count; ``lengths`` are the stream's first rows (lf/dry_data.py)
 
     @classmethod
-    def of(cls, dry: Any) -> TrainRows:
+    def of(cls, dry: Any, streamed: bool = False) -> TrainRows:
         return cls(
-            rows=dry.rows["train"],
+            rows=(dry.rows or {}).get("train") or 0,
+            streamed=streamed,
             lengths=dry.train_lengths,
             data_stage=dry.data_stage,
             sampled=dry.rows_estimated,
@@ -127,12 +129,16 @@ def forecast_for(
     asked = request()
     if asked is None:
         return None
-    if not dry.rows or not dry.rows.get("train"):
+    config = resolution.config
+    # a stream has no row count: its steps are max_steps, its tokens from the rows of it the dry run read
+    streamed = bool(config.get("streaming")) and bool(dry.train_lengths)
+    if not streamed and (not dry.rows or not dry.rows.get("train")):
         seen = "; ".join(dry.not_checked) or "LLaMA-Factory's data pipeline did not run here: see the findings"
         return NoForecast(f"the dry run counted no train rows ({seen})")
-    config, card = resolution.config, card_of(ctx.catalogue, alias, [d.name for d in ctx.snapshot.devices])
+    card = card_of(ctx.catalogue, alias, [d.name for d in ctx.snapshot.devices])
     try:
-        forecast = forecast_of(config, TrainRows.of(dry), world_size, card, dry.forecast, price=asked.price)
+        train = TrainRows.of(dry, streamed=streamed)
+        forecast = forecast_of(config, train, world_size, card, dry.forecast, price=asked.price)
         forecast.model_files = dry.model_files
         if asked.cards:
             add_cards(forecast, config, asked.price, peak_gib)
@@ -168,15 +174,22 @@ def forecast_of(
     def value(key: str) -> Any:
         return config.get(key, defaults[key])
 
-    work = optimizer_steps(
-        rows=rows,
-        per_device_batch=max(int(value("per_device_train_batch_size")), 1),
-        accumulation=max(int(value("gradient_accumulation_steps")), 1),
-        num_train_epochs=float(value("num_train_epochs")),
-        max_steps=int(value("max_steps")),
-        world_size=world_size,
-        drop_last=bool(value("dataloader_drop_last")),
-    )
+    batch = max(int(value("per_device_train_batch_size")), 1)
+    accumulation = max(int(value("gradient_accumulation_steps")), 1)
+    if train.streamed:
+        work = streamed_steps(
+            per_device_batch=batch, accumulation=accumulation, max_steps=int(value("max_steps")), world_size=world_size
+        )
+    else:
+        work = optimizer_steps(
+            rows=rows,
+            per_device_batch=batch,
+            accumulation=accumulation,
+            num_train_epochs=float(value("num_train_epochs")),
+            max_steps=int(value("max_steps")),
+            world_size=world_size,
+            drop_last=bool(value("dataloader_drop_last")),
+        )
     if rows_scaled is not None:
         work = dataclasses.replace(work, rows_scaled=rows_scaled)
     tokens = None
@@ -184,6 +197,11 @@ def forecast_of(
     kl_tokens = None
     if lengths and data_stage in PAD_MULTIPLE:
         shuffled = not config.get("disable_shuffling", False)
+        if train.streamed:
+            # on one rank the steps' rows are the stream's first ones, in the order the dry run's dataloader read
+            # them (lf/dry_data.py): exact where they were all read; else a sample met at random
+            in_order = world_size == 1 and len(lengths) >= work.rows
+            lengths, sampled, shuffled = (lengths[: work.rows], False, False) if in_order else (lengths, True, True)
         multiple = PAD_MULTIPLE[data_stage]
         sequences = SEQUENCES_PER_ROW.get(data_stage, 1)
         tokens = run_tokens(

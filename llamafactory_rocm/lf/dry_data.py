@@ -194,20 +194,17 @@ def _hub_datasets_reachable_offline(launch: Launch) -> bool:
 
 
 def _count_rows(launch: Launch, module: Mapping[str, Any], split: _SplitSpy) -> None:
-    if launch.data_args.streaming:
-        launch.run.skip("row counts", "streaming: rows are counted while training")
-        return
     train = module.get("train_dataset")
+    if launch.data_args.streaming:
+        read = _streamed_rows(launch, train)
+        launch.run.skip(
+            "row counts", f"streaming: the stream has no length, the trainer runs max_steps; its first {read} rows read"
+        )
+        return
     evals = module.get("eval_dataset")
     rows = {"train": len(train) if train is not None else 0}
-    if train is not None and "input_ids" in train.column_names:  # sft/pt rows, kto's target rows
-        launch.run.train_lengths = tuple(len(ids) for ids in train["input_ids"])
-        if "kl_input_ids" in train.column_names:
-            launch.run.train_kl_lengths = tuple(len(ids) for ids in train["kl_input_ids"])
-    elif train is not None and {"chosen_input_ids", "rejected_input_ids"} <= set(train.column_names):
-        pairs = list(zip(train["chosen_input_ids"], train["rejected_input_ids"], strict=True))
-        launch.run.train_lengths = tuple(max(len(chosen), len(rejected)) for chosen, rejected in pairs)
-        launch.run.train_pair_tokens = tuple(len(chosen) + len(rejected) for chosen, rejected in pairs)
+    if train is not None:
+        _record_lengths(launch.run, train)
     if isinstance(evals, dict):
         rows["eval"] = sum(len(d) for d in evals.values())
     else:
@@ -224,6 +221,52 @@ def _count_rows(launch: Launch, module: Mapping[str, Any], split: _SplitSpy) -> 
         launch.run.rows_estimated = True
     launch.run.rows = rows
     launch.train_rows = rows["train"]
+
+
+def _record_lengths(run: Any, train: Any) -> None:
+    """Each train row's tokens (``train``: a Dataset, or a dict of columns): sft/pt rows and kto's target rows
+    (input_ids; kto's KL rows apart), dpo/rm pairs (the longer of the two, and both's tokens)."""
+    columns = set(train.column_names) if hasattr(train, "column_names") else set(train)
+    if "input_ids" in columns:
+        run.train_lengths = tuple(len(ids) for ids in train["input_ids"])
+        if "kl_input_ids" in columns:
+            run.train_kl_lengths = tuple(len(ids) for ids in train["kl_input_ids"])
+    elif {"chosen_input_ids", "rejected_input_ids"} <= columns:
+        pairs = list(zip(train["chosen_input_ids"], train["rejected_input_ids"], strict=True))
+        run.train_lengths = tuple(max(len(chosen), len(rejected)) for chosen, rejected in pairs)
+        run.train_pair_tokens = tuple(len(chosen) + len(rejected) for chosen, rejected in pairs)
+
+
+# The most rows of a stream read for their lengths: a streamed run's steps read max_steps x accumulation x batch
+# rows; up to this many are read (LLaMA-Factory's pipeline took about 0.35 ms a row here, docs/forecast.md)
+STREAM_ROWS_READ = 4096
+
+
+def _streamed_rows(launch: Launch, train: Any) -> int:
+    """The lengths of the first rows of the train stream, in the order the run's dataloader reads them: a torch
+    DataLoader over LLaMA-Factory's stream (its ``split_dataset`` shuffled it in a buffer with the run's seed,
+    which the trainer's first pass keeps) with the run's batch size and ``dataloader_num_workers`` (each worker
+    batches its own shards, the loader takes the workers' batches in turn); as many rows as the run's steps read
+    (``max_steps``), at least ``rows_cap``, at most ``STREAM_ROWS_READ``; the count read. The stream's first row
+    costs its shuffle buffer's rows (``buffer_size``) processed."""
+    import itertools
+
+    import torch
+
+    args = launch.training_args
+    batch = max(args.per_device_train_batch_size, 1)
+    steps_rows = max(args.max_steps, 0) * args.gradient_accumulation_steps * batch * max(args.world_size, 1)
+    wanted = min(max(steps_rows, launch.rows_cap), STREAM_ROWS_READ)
+    if train is None:
+        return 0
+    loader = torch.utils.data.DataLoader(
+        train, batch_size=batch, num_workers=args.dataloader_num_workers, collate_fn=list,
+        drop_last=args.dataloader_drop_last,
+    )  # fmt: skip
+    rows = [row for rows in itertools.islice(loader, -(-wanted // batch)) for row in rows]
+    if rows:
+        _record_lengths(launch.run, {key: [row[key] for row in rows] for key in rows[0]})
+    return len(rows)
 
 
 def _tokenized_data(launch: Launch, path: str) -> None:

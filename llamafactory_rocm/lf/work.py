@@ -12,6 +12,7 @@ three questions it asks (tests/test_forecast_work.py pins the result to a stock 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -33,6 +34,7 @@ class Work:
     # (rows the pipeline made, of the rows it read, the full split's) where ``rows`` is scaled from a sample
     # (lf/dry_parts.py DryRun.train_rows_scaled): the steps are an estimate; None where they are exact
     rows_scaled: tuple[int, int, int] | None = None
+    streamed: bool = False  # an IterableDataset (streaming): ``rows`` are those the steps read, not the data's
 
     def epochs_run(self) -> tuple[int, int]:
         """(whole epochs, micro-batches of the last one) the trainer's loop walks each rank's dataloader for: an
@@ -50,6 +52,7 @@ class Work:
     def as_json(self) -> dict[str, Any]:
         return {
             "exact": self.rows_scaled is None,
+            "streamed": self.streamed,
             "rows_scaled_from": None if self.rows_scaled is None else dict(zip(_SCALED, self.rows_scaled, strict=True)),
             "rows": self.rows,
             "world_size": self.world_size,
@@ -82,6 +85,22 @@ def dealt_batches(rows: int, batch: int, world_size: int, drop_last: bool) -> tu
     )
 
 
+def _initial_values(loader: Any, *, accumulation: int, num_train_epochs: float, max_steps: int, total_batch: int,
+                    rows: int) -> tuple:  # fmt: skip
+    """``Trainer.set_initial_training_values`` for ``loader`` (only its len(), or its lack of one, is read), called
+    on a stand-in that answers what it asks of the trainer: the batch total (logged only), the sequence-parallel
+    size (1: LLaMA-Factory sets no ParallelismConfig) and num_examples."""
+    from transformers import Trainer
+
+    args = SimpleNamespace(
+        max_steps=max_steps, num_train_epochs=num_train_epochs, gradient_accumulation_steps=accumulation
+    )
+    stand_in = SimpleNamespace(
+        get_total_train_batch_size=lambda _args: total_batch, get_sp_size=lambda: 1, num_examples=lambda _l: rows
+    )
+    return Trainer.set_initial_training_values(stand_in, args, loader)
+
+
 def optimizer_steps(
     *,
     rows: int,
@@ -94,23 +113,16 @@ def optimizer_steps(
 ) -> Work:
     """The run's steps as ``Trainer.set_initial_training_values`` computes them for these rows."""
     import torch
-    from transformers import Trainer
 
     dealt = dealt_batches(rows, per_device_batch, world_size, drop_last)
     length = len(dealt[0])  # every rank's dataloader has the same length (even_batches)
-    args = SimpleNamespace(
-        max_steps=max_steps, num_train_epochs=num_train_epochs, gradient_accumulation_steps=accumulation
-    )
-    # The stand-in answers what set_initial_training_values asks of the trainer: the batch total (logged
-    # only), the sequence-parallel size (1: LLaMA-Factory sets no ParallelismConfig) and num_examples.
-    stand_in = SimpleNamespace(
-        get_total_train_batch_size=lambda _args: per_device_batch * accumulation * world_size,
-        get_sp_size=lambda: 1,
-        num_examples=lambda _loader: rows,
-    )
-    sized = torch.utils.data.DataLoader(range(length))  # only its len() is read
-    epochs, per_epoch, _examples, _samples, _total, _in_epoch, steps = Trainer.set_initial_training_values(
-        stand_in, args, sized
+    epochs, per_epoch, _examples, _samples, _total, _in_epoch, steps = _initial_values(
+        torch.utils.data.DataLoader(range(length)),
+        accumulation=accumulation,
+        num_train_epochs=num_train_epochs,
+        max_steps=max_steps,
+        total_batch=per_device_batch * accumulation * world_size,
+        rows=rows,
     )
     return Work(
         rows=rows,
@@ -123,6 +135,33 @@ def optimizer_steps(
         epochs=int(epochs),
         batches=dealt,
     )
+
+
+def streamed_steps(*, per_device_batch: int, accumulation: int, max_steps: int, world_size: int = 1) -> Work:
+    """A streamed run's steps (LLaMA-Factory's ``streaming``: an IterableDataset, whose dataloader has no length),
+    as ``Trainer.set_initial_training_values`` counts them: ``max_steps``, an epoch of ``max_steps x
+    accumulation`` micro-batches of ``per_device_batch`` rows on each rank, dealt from the stream in order
+    (accelerate's dispatcher gives each rank its slice of the ranks' batch): the Work of that many rows. A
+    stream shorter than those rows starts again, its short last batch not counted apart. ValueError, the
+    trainer's own, where ``max_steps`` is not set."""
+    import torch
+
+    class Stream(torch.utils.data.IterableDataset):  # no len(): the trainer's case for a stream
+        def __iter__(self) -> Any:
+            return iter(())
+
+    *_, in_epoch, steps = _initial_values(
+        torch.utils.data.DataLoader(Stream()),
+        accumulation=accumulation,
+        num_train_epochs=1.0,
+        max_steps=max_steps,
+        total_batch=per_device_batch * accumulation * world_size,
+        rows=0,
+    )
+    rows = in_epoch * per_device_batch * world_size
+    work = optimizer_steps(rows=rows, per_device_batch=per_device_batch, accumulation=accumulation,
+                           num_train_epochs=1.0, max_steps=steps, world_size=world_size)  # fmt: skip
+    return dataclasses.replace(work, streamed=True)
 
 
 def work_of(training_args: Any, rows: int, world_size: int | None = None) -> Work:

@@ -36,7 +36,7 @@ from ..errors import EXIT_FINDINGS, EXIT_INTERNAL, EXIT_USAGE, UsageError
 from ..lf.commands import record_folder
 
 CHECKED_ENV = "LLAMAFACTORY_ROCM_CHECKED"
-# The LLaMA-Factory releases the test-suite runs against (README, "Tested range").
+# The LLaMA-Factory releases the test-suite runs against (docs/install.md, "Tested range").
 TESTED_LLAMAFACTORY = ("0.9.5", "0.9.6.dev0")
 
 
