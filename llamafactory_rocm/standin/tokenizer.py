@@ -46,13 +46,11 @@ def write_tokenizer(family: str, folder: Path) -> StandinInfo:
         raise ValueError(f"no stand-in tokenizer for family {family!r}; the families shipped: {', '.join(FAMILIES)}")
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    qwen3 = _qwen3_tokenizer()
     if family == "qwen3":
-        (folder / "tokenizer.json").write_text(qwen3, encoding="utf-8")
+        (folder / "tokenizer.json").write_text(_qwen3_tokenizer(), encoding="utf-8")
         config: dict[str, Any] = json.loads(QWEN3_CONFIG.read_text(encoding="utf-8"))
     else:
-        built = llama3.llama3_standin(json.loads(qwen3))
-        (folder / "tokenizer.json").write_text(json.dumps(built, ensure_ascii=False), encoding="utf-8")
+        (folder / "tokenizer.json").write_text(_llama3_tokenizer(), encoding="utf-8")
         config = llama3.tokenizer_config()
     (folder / "tokenizer_config.json").write_text(json.dumps(config, ensure_ascii=False, indent=2), encoding="utf-8")
     # For readers that take the special tokens from this file rather than tokenizer_config.json.
@@ -88,3 +86,9 @@ def recorded_errors() -> dict[str, dict[str, Any]]:
 def _qwen3_tokenizer() -> str:
     # Kept once a process: a check writes one folder, the bench and tests a few.
     return lzma.decompress(QWEN3_TOKENIZER.read_bytes()).decode("utf-8")
+
+
+@cache
+def _llama3_tokenizer() -> str:
+    # Built once a process (about 2.4 s): `presets list --forecast` writes it for each Llama 3 preset.
+    return json.dumps(llama3.llama3_standin(json.loads(_qwen3_tokenizer())), ensure_ascii=False)
