@@ -21,6 +21,7 @@ from llamafactory_rocm.check.run import check_config
 from llamafactory_rocm.findings import Level
 from llamafactory_rocm.lf.twin import shrunk_config, vocab_needed
 from tests.conftest import tiny_train_config
+from tests.test_refusal_fixes import applied
 
 pytestmark = pytest.mark.trainer
 
@@ -56,16 +57,6 @@ def _config(model: Path, out: Path, changes: dict[str, Any]) -> dict[str, Any]:
     return tiny_train_config(model, out, max_steps=1, max_samples=8, cutoff_len=64, plot_loss=False, **changes)
 
 
-def _applied(config: dict[str, Any], remedy: dict[str, Any]) -> dict[str, Any]:
-    fixed = dict(config)
-    for key, value in remedy.items():
-        if value is None:
-            fixed.pop(key, None)
-        else:
-            fixed[key] = value
-    return fixed
-
-
 def _errors(config: dict[str, Any]) -> list[Any]:
     return [f for f in check_config(config, plan_without_gpu=False).findings if f.level is Level.ERROR]
 
@@ -80,7 +71,7 @@ def verdicts(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
     for n, (case, (changes, _words, _key)) in enumerate(REFUSED.items()):
         config = _config(tiny_model, work / f"out-{n}", changes)
         errors = _errors(config)
-        fixed = _applied(config, errors[0].remedy or {}) if errors else None
+        fixed = applied(config, errors[0].remedy or {}, config) if errors else None
         if fixed is not None:
             fixed["output_dir"] = str(work / f"fixed-{n}")
         checked[case] = (errors, fixed, _errors(fixed) if fixed is not None else None)
