@@ -79,6 +79,8 @@ def step_times(config: dict) -> dict[str, float]:
 def main() -> None:
     cli = argparse.ArgumentParser()
     cli.add_argument("--runs", type=int, default=3)
+    cli.add_argument("--models", default="tiny,llama3_8b,qwen3_30b_a3b,llama3_70b", help="which, comma-separated")
+    cli.add_argument("--step-only", action="store_true", help="the dry launch's step times only, no whole check")
     args = cli.parse_args()
     work = Path(tempfile.mkdtemp(prefix="lfr-bench-step-"))
     os.environ.update(HF_HOME=str(work / "hf"), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
@@ -92,18 +94,19 @@ def main() -> None:
     }
     print(f"machine: {machine()}; {args.runs} runs each after one warm-up")
     for label, model in models.items():
+        if label not in args.models.split(","):
+            continue
         config = config_for(model, work / f"out-{label}")
         cfg = work / f"{label}.yaml"
         cfg.write_text(yaml.safe_dump(config))
         cmd = [sys.executable, "-m", "llamafactory_rocm.cli.main", "check", str(cfg)]
-        walls = [timed(cmd, env=dict(os.environ), cwd=str(work)) for _ in range(args.runs + 1)][1:]
+        rounds = 0 if args.step_only else args.runs + 1
+        walls = [timed(cmd, env=dict(os.environ), cwd=str(work)) for _ in range(rounds)][1:]
         steps = [step_times(config) for _ in range(args.runs)]
         first = median([s.get("first step", 0.0) for s in steps])
         dry = median([sum(s.values()) for s in steps])
-        print(
-            f"  {label:14} check median {median(walls):6.2f} s (runs {', '.join(f'{w:.2f}' for w in walls)}); "
-            f"dry launch {dry:5.2f} s of which step 1 on the twin {first:5.2f} s"
-        )
+        whole = f"check median {median(walls):6.2f} s (runs {', '.join(f'{w:.2f}' for w in walls)}); " if walls else ""
+        print(f"  {label:14} {whole}dry launch {dry:5.2f} s of which step 1 on the twin {first:5.2f} s", flush=True)
 
 
 if __name__ == "__main__":
