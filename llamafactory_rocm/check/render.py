@@ -88,10 +88,11 @@ def forecast_lines(f: Any) -> list[str]:
         return [f"forecast: not made: {f.why}"]
     w = f.work
     about = "" if w.rows_scaled is None else "about "
+    rows = f"{w.rows:,} rows the steps read from the stream" if w.streamed else f"{about}{w.rows:,} train rows"
     lines = [
         f"forecast: {answer_line(f.as_json())}",
         "  how (docs/forecast.md):",
-        f"  steps: {about}{w.steps:,} optimizer steps: {about}{w.rows:,} train rows, {w.batches_per_rank:,} batches "
+        f"  steps: {about}{w.steps:,} optimizer steps: {rows}, {w.batches_per_rank:,} batches "
         f"of {w.per_device_batch} per rank x {w.world_size} rank(s) an epoch, accumulation {w.accumulation}, "
         f"{w.epochs} epoch(s) (transformers' Trainer.set_initial_training_values)",
     ]
@@ -103,7 +104,9 @@ def forecast_lines(f: Any) -> list[str]:
         )
     t = f.tokens
     if t is not None:
-        if t.exact:
+        if t.exact and w.streamed:
+            how = "exact (the stream's first rows, in the order the run's dataloader reads them)"
+        elif t.exact:
             how = "exact (unshuffled)"
         elif t.shuffled:
             how = f"expected over the shuffled batches, one sd {t.spread:,.0f}"
