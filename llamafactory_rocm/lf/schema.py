@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import math
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -176,10 +177,26 @@ def _judge(action: argparse.Action, key: str, value: Any) -> ValueProblem | Coer
         new = _lossless(kind, value)
         if new is None:
             return ValueProblem(key, value, expected, _works(action))
+        if kind is int and not _held(value if new is _UNCHANGED else new):
+            return ValueProblem(key, value, f"{expected} {HELD}", _works(action))
         return None if new is _UNCHANGED else Coercion(key, value, new, expected)
     if not _converts(action, value):
         return ValueProblem(key, value, expected)
     return None if _is_choice(action, value) else NotAChoice(key, value, expected)
+
+
+# The whole numbers the code that reads a whole-number field holds: Python's C integers (``sys.maxsize``, the
+# stop of ``itertools.islice`` that torch's batch sampler cuts a batch with: "Stop argument for islice() must
+# be None or an integer: 0 <= x <= sys.maxsize") and torch's int64 (a tensor's size, the LoRA rank: "Overflow
+# when unpacking long long"). HfArgumentParser's ``int`` takes a larger one and ``parse_dict`` hands a YAML
+# ``1e30`` on as a float; the code that reads the field stops on either, or the value means nothing a run
+# can reach (tests/test_values_huge.py holds every whole-number key to it, the stock run the oracle).
+WHOLE_RANGE = (-sys.maxsize - 1, sys.maxsize)
+HELD = f"within 64 bits ({WHOLE_RANGE[0]} to {WHOLE_RANGE[1]})"
+
+
+def _held(number: int) -> bool:
+    return WHOLE_RANGE[0] <= number <= WHOLE_RANGE[1]
 
 
 def _typed(action: argparse.Action) -> bool:
@@ -192,8 +209,11 @@ def _lossless(kind: Any, value: Any) -> Any:
     """``value`` in the field's type: _UNCHANGED when the trainer takes it as it is, None when it has no
     single meaning there."""
     if kind is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return _UNCHANGED  # an int is a float to Python's arithmetic
+        if isinstance(value, int) and not isinstance(value, bool):
+            # an int is a float to Python's arithmetic, up to the largest float (10**400: OverflowError)
+            return _UNCHANGED if abs(value) <= sys.float_info.max else None
+        if isinstance(value, float):
+            return _UNCHANGED
         if isinstance(value, str):
             try:
                 return float(value)
