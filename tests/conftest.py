@@ -15,6 +15,22 @@ from llamafactory_rocm.machine.snapshot import Snapshot
 from llamafactory_rocm.resources import datasets_dir
 from llamafactory_rocm.rules import Context, Target
 
+# No test reaches the real Hugging Face Hub. Where a test lets the check go online (HF_HUB_OFFLINE unset, as a
+# user's laptop is), the Hub is this closed local port, which refuses at once; tests/hub_server.py serves the
+# tests that need a Hub. Set for this process (huggingface_hub read HF_ENDPOINT at import) and its children.
+CLOSED_HUB = "http://127.0.0.1:9"
+
+
+def _no_real_hub() -> None:
+    import huggingface_hub.constants as hub
+
+    os.environ.setdefault("HF_ENDPOINT", CLOSED_HUB)
+    if hub.ENDPOINT == hub._HF_DEFAULT_ENDPOINT:
+        hub.ENDPOINT = os.environ["HF_ENDPOINT"]
+
+
+_no_real_hub()
+
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 ROCM_SNAPSHOTS = ("mi300x", "mi300x_8gpu", "mi250x", "rx7900xtx", "w7900", "mi100", "mi50", "rx7800xt")
 ALL_SNAPSHOTS = tuple(sorted(p.stem for p in SNAPSHOTS.glob("*.json")))

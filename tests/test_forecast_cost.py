@@ -159,3 +159,24 @@ def test_without_gpu_the_card_is_the_one_the_recorded_machine_reports(snapshot, 
     names = [device.name for device in load_snapshot(snapshot).devices]
     card = card_of(load_catalogue(), None, names)
     assert (card.alias if card else None) == alias
+
+
+@pytest.mark.parametrize("alias", ["mi300x", "mi250", "mi50"])
+def test_the_answer_comes_first_with_the_time_and_cost_the_lines_below_give(alias):
+    """forecast/answer.py: the block's first line is the answer; its time and cost are those of the time: and
+    cost: lines (a band, a lower bound, or why there is none)."""
+    f = _forecast(alias, price=None if alias == "mi300x" else 2.0)
+    first, *rest = forecast_lines(f)
+    assert first.startswith("forecast: ") and f"on 1 x {alias}" in first, first
+    time_line = next((line for line in rest if line.startswith("  time: ")), None)
+    if f.hours:
+        assert time_line.removeprefix("  time: ").split(" at ")[0] in first
+    elif f.hours_at_peak:
+        assert time_line.removeprefix("  time: ").split(" (")[0] in first and "a lower bound" in first
+    else:
+        assert time_line is None and "no time: no peak dense bf16 figure for mi50" in first, first
+    if f.cost is not None:
+        cost_line = next(line for line in rest if line.startswith("  cost: "))
+        said = cost_line.removeprefix("  cost: ").split(" at ")[0]
+        assert (said if f.hours else f"at least {said.split(' to ')[0]}") in first, (said, first)
+    assert f"{f.work.steps:,} steps" in first

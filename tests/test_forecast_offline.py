@@ -45,7 +45,7 @@ def test_the_table_gives_each_presets_answer_and_what_it_rests_on(listed, capsys
     for entry in listed:
         found = answer(entry["forecast"])
         row = next(line for line in table.splitlines() if line.startswith(entry["name"] + " "))
-        assert found.time in row and found.where in row and found.work in row, row
+        assert found.short_time in row and found.where in row and found.work in row, row
     llama = next(e for e in listed if e["name"] == "mi300x_llama3_lora")["forecast"]["model_files"]
     assert not llama["tokenizer_exact"] and llama["tokenizer_error"], llama
     assert llama["tokenizer_error"].split(" (")[0] in table  # the stand-in's measured error, beside the figures

@@ -21,6 +21,7 @@ class Answer:
     where: str  # "1 x mi300x"
     work: str  # "57 steps, 269,475 tokens"
     basis: str  # "" or what the figures rest on: "bundled shape, stand-in tokenizer (+1.2%)"
+    short_time: str = ""  # the time in a table's cell: a lower bound as "at least 25 min (at peak)"
 
     def line(self) -> str:
         cost = f", {self.cost}" if self.cost else ", cost unknown (--price USD)"
@@ -36,11 +37,12 @@ def answer(forecast: Mapping[str, Any]) -> Answer | None:
     where = f"{forecast['gpus']} x {card['alias']}" if card else f"{forecast['gpus']} GPU(s), no card named"
     hours, at_peak = forecast.get("hours"), forecast.get("hours_at_peak")
     if hours:
-        time = f"{duration(hours[0] * 3600)} to {duration(hours[1] * 3600)}"
+        time = short = f"{duration(hours[0] * 3600)} to {duration(hours[1] * 3600)}"
     elif at_peak:
         time = f"at least {duration(at_peak * 3600)} (100% of peak, a lower bound)"
+        short = f"at least {duration(at_peak * 3600)} (at peak)"
     else:
-        time = "no time: " + _why_no_time(forecast)
+        time = short = "no time: " + _why_no_time(forecast)
     cost = ""
     if forecast.get("cost_usd"):
         low, high = forecast["cost_usd"]
@@ -48,7 +50,7 @@ def answer(forecast: Mapping[str, Any]) -> Answer | None:
     work = [f"{forecast['work']['steps']:,} steps"]
     if forecast.get("tokens"):
         work.append(f"{forecast['tokens']['total']:,} tokens")
-    return Answer(time, cost, where, ", ".join(work), basis(forecast.get("model_files")))
+    return Answer(time, cost, where, ", ".join(work), basis(forecast.get("model_files")), short)
 
 
 def basis(model_files: Mapping[str, Any] | None) -> str:

@@ -80,8 +80,8 @@ def model_files(launch: Launch) -> bool:
     if reachable(run, model_args, offline_refuses=not launch.planned, quiet=True):
         return True
     if any(f.code == "MODEL_NOT_FOUND" for f in run.findings):
-        if any(f.fix_as == "path" for f in run.findings if f.code == "MODEL_NOT_FOUND"):
-            return False  # not a repo id: nothing to fetch or stand in for
+        if not _repo_id(name):
+            return False  # not a folder and not a repo id: nothing to fetch or stand in for
         # offline here: the run cannot start, but the forecast a planner asked for is made on the bundled shape
         return STANDIN.get() and _stand_in(launch, "HF_HUB_OFFLINE is set here, so nothing is downloaded")
     why = "HF_HUB_OFFLINE is set here, so nothing is downloaded" if offline_here else None
@@ -98,6 +98,16 @@ def model_files(launch: Launch) -> bool:
         f"{name} is not local and not in the Hugging Face cache; {why}",
     )
     return False
+
+
+def _repo_id(name: str) -> bool:
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return False
+    return True
 
 
 def fetch(name: str, model_args: Any) -> ModelFiles | str:
