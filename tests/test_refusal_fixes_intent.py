@@ -108,6 +108,15 @@ CASES: dict[str, Case] = {
         said=("shift_attn: false",),
         not_said=('pip install "0"', "pip install"),
     ),
+    # poor cause: optim_args's words, not optim (the value already there)
+    "optim_args malformed": Case(
+        {"optim": "adamw_torch", "optim_args": "eps:1e-8, betas0.9"},
+        "OPTIMIZER_REFUSED",
+        "optim_args",
+        {"optim_args": "eps=1e-8"},
+        "values to unpack",
+        not_said=("Set optim: adamw_torch",),
+    ),
     # poor causes: the key the words are about
     "tool_format unknown": Case(
         {"tool_format": "qwne"},

@@ -42,6 +42,7 @@ TIMEOUT_S = 240.0
 # what one micro-batch of the twin holds on the CPU: its logits (tokens x vocabulary, float32) and tokens
 LOGIT_ELEMENTS = 32 * 2**20
 MAX_TOKENS = 1024
+MAX_WORKERS = 2  # the dataloader workers step 1 starts at most (the run's own count is the GPU machine's)
 MAX_ACCUMULATION = 2
 GENERATED_TOKENS = 4  # predict_with_generate's evaluation at step 1: a few tokens show the generation runs
 # the phases of the workflow, in order; a failure before the trainer is the twin's own load
@@ -167,6 +168,11 @@ def twin_plan(launch: Launch) -> Plan:
         val = data_args.val_size or 0
         args["max_samples"] = max(rows, int(val) + 8) if val >= 1 else rows  # a split of val_size rows needs them
     args["preprocessing_num_workers"] = None  # a pool costs more than a few hundred rows
+    # the run's dataloader workers, started for one step: a few tell a worker's failure; 2**62 would fork on
+    workers = training_args.dataloader_num_workers
+    if isinstance(workers, int) and workers > MAX_WORKERS:
+        args["dataloader_num_workers"] = MAX_WORKERS
+        plan.changed.append(f"dataloader_num_workers {MAX_WORKERS}")
     if getattr(training_args, "predict_with_generate", False):
         args["max_new_tokens"] = GENERATED_TOKENS
     if str(getattr(launch.model_args.flash_attn, "value", launch.model_args.flash_attn)) in ("fa2", "fa3"):

@@ -46,13 +46,19 @@ def trainer_setup(launch: Launch) -> None:
         optimizer_cls, optimizer_kwargs = Trainer.get_optimizer_cls_and_kwargs(args, model)
     except (ImportError, ValueError, TypeError) as exc:
         code = "OPTIMIZER_UNAVAILABLE" if isinstance(exc, ImportError) else "OPTIMIZER_REFUSED"
+        # the words choose the key: a malformed optim_args ("eps:1e-8": transformers' _parse_optim_args) is
+        # optim_args's, not optim's (lf/causes.json OPTIMIZER_REFUSED "optim_args")
+        cause = None if code == "OPTIMIZER_UNAVAILABLE" else cause_of(code, one_line(exc), launch.config)
+        fix: dict = {"key": "optim", "remedy": {"optim": "adamw_torch"}}  # torch's own AdamW: no optional package
+        if cause is not None and cause.case == "optim_args":
+            fix = {"key": cause.key, "remedy": cause.remedy, "fix_as": cause.case, "fix_with": cause.values}
+        elif code == "OPTIMIZER_REFUSED":
+            fix["fix_as"] = "optim"
         launch.run.error(
             code=code,
             message="transformers' Trainer.get_optimizer_cls_and_kwargs refused optim "
             f"{args.optim.value}: {one_line(exc)}",
-            key="optim",
-            remedy={"optim": "adamw_torch"},  # torch's own AdamW: no optional package
-            **({} if code == "OPTIMIZER_UNAVAILABLE" else {"fix_as": "optim"}),
+            **fix,
         )
     else:
         if getattr(optimizer_cls, "__module__", "").startswith("torch.optim"):
