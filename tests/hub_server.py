@@ -70,9 +70,7 @@ def _handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
                 if rest.startswith("revision/"):
                     body = {"id": repo, "sha": COMMIT, "siblings": [{"rfilename": p.name} for p in files]}
                 else:  # tree/<revision>[/<path>]
-                    body = [
-                        {"type": "file", "oid": _oid(p), "size": p.stat().st_size, "path": p.name} for p in files
-                    ]
+                    body = [{"type": "file", "oid": _oid(p), "size": p.stat().st_size, "path": p.name} for p in files]
                 self._send(200, json.dumps(body).encode(), {"Content-Type": "application/json"})
                 return
             found = self._repo(path)
