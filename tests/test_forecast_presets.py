@@ -38,6 +38,7 @@ def test_a_presets_forecast_is_the_checks(tiny_model: Path, tmp_path: Path):
     assert checked.returncode == 0, checked.stderr[-2000:]
     forecast = json.loads(checked.stdout)["forecast"]
     assert entry["forecast"]["card"]["alias"] == forecast["card"]["alias"] == "mi355x"
-    for key in ("work", "tokens", "run_flops", "hours", "gpus"):
+    for key in ("work", "tokens", "run_flops", "hours", "hours_at_peak", "gpus"):
         assert entry["forecast"][key] == pytest.approx(forecast[key]), key
-    assert entry["forecast"]["hours"][0] > 0
+    # MI355X: no published absolute BF16 training figure, so a lower bound at its peak (forecast/rates.json)
+    assert entry["forecast"]["hours_at_peak"] > 0
