@@ -121,3 +121,27 @@ def test_the_numbers_json_carries_are_the_findings_estimate():
     assert f"weights {numbers['weights_gib']:.1f} + optimizer state {optimizer_state:.1f}" in finding.message
     assert f"the step at its {numbers['peak_at']}" in finding.message
     assert memory_fit.estimate_numbers(config, {}, make_ctx("mi300x")) is None  # no model config: no numbers
+
+
+def test_the_largest_fitting_batch_is_the_largest_whose_estimate_fits_even_from_2_to_the_62(monkeypatch):
+    """The batch memory_fit offers is the largest whose estimate fits (each one tried from the config's down is the
+    oracle); from ``per_device_train_batch_size: 2**62`` it is found in ~60 estimates (a scan from the top never
+    ended: the fuzz's ``1e30`` checked for a planned mi300x ran past 900 s)."""
+    from llamafactory_rocm.lf import memory
+
+    config = raw("rx7900xtx_llama3_lora")
+    shape, parameters = memory.shape_and_count(model_config_for(config["model_name_or_path"]))
+
+    def total(batch: int) -> float:
+        train = memory.TrainingShape.from_config({**config, "per_device_train_batch_size": batch})
+        return memory.estimate(shape, parameters, train).total_gib
+
+    for budget in (total(1) - 0.01, total(1), total(5) + 0.01, total(13), 10_000.0):
+        oracle = next((b for b in range(16, 0, -1) if total(b) <= budget), None)
+        got = memory.largest_fitting_batch(shape, parameters, {**config, "per_device_train_batch_size": 16}, budget)
+        assert got == oracle, (budget, got, oracle)
+    calls = []
+    real = memory.estimate
+    monkeypatch.setattr(memory, "estimate", lambda *a, **k: calls.append(1) or real(*a, **k))
+    huge = {**config, "per_device_train_batch_size": 2**62}
+    assert memory.largest_fitting_batch(shape, parameters, huge, total(3)) == 3 and len(calls) < 100

@@ -47,6 +47,7 @@ class Report:
             "ok": self.ok,
             "findings": [
                 {"code": f.code, "level": f.level.value, "message": f.message, "fix": f.fix}
+                | ({"key": f.key} if f.key is not None else {})
                 | ({"remedy": f.remedy} if f.remedy is not None else {})
                 for f in self.findings
             ],

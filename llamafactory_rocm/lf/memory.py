@@ -11,14 +11,14 @@ torchtune's and LLaMA-Factory's published figures and with H200 runs.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .schema import field_default
+from .schema import WHOLE_RANGE, field_default
 
 GIB = 2**30
 LINEAR_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -288,28 +288,37 @@ class TrainingShape:
         def get(key: str) -> Any:
             return config[key] if key in config else field_default(key)
 
+        def whole(key: str) -> int:
+            """The key's whole number; a fraction or one beyond 64 bits is refused by check (VALUE_INVALID,
+            lf/schema.py): no estimate is made of it (1e30 sequences a step would be 1e27 GiB)."""
+            value = get(key)
+            number = int(value)
+            if (number != value and not isinstance(value, str)) or not WHOLE_RANGE[0] <= number <= WHOLE_RANGE[1]:
+                raise ValueError(f"{key}: {value!r} is not a whole number within 64 bits")
+            return number
+
         targets = str(get("lora_target"))
         names = LINEAR_NAMES if targets == "all" else tuple(t.strip() for t in targets.split(",") if t.strip())
         optim = str(get("optim")).lower()
         bits = get("quantization_bit")
         return cls(
             method=str(get("finetuning_type")),
-            lora_rank=int(get("lora_rank")),
+            lora_rank=whole("lora_rank"),
             lora_targets=names,
             quantization_bit=int(bits) if bits not in (None, "", "null") else None,
-            batch=int(get("per_device_train_batch_size")),
-            cutoff_len=int(get("cutoff_len")),
+            batch=whole("per_device_train_batch_size"),
+            cutoff_len=whole("cutoff_len"),
             gradient_checkpointing=not bool(get("disable_gradient_checkpointing")),
             fused_loss=bool(get("enable_liger_kernel")),
             optimizer_bytes=2 if "8bit" in optim else 0 if optim == "sgd" else 8,
             weight_bytes=weight_bytes,
-            freeze_layers=abs(int(get("freeze_trainable_layers"))),
+            freeze_layers=abs(whole("freeze_trainable_layers")),
             zero_stage=zero_stage_of(config),
             world_size=max(1, world_size),
             stage=str(get("stage")),
             pref_loss=str(get("pref_loss")),
             double_quantization=bool(get("double_quantization")),
-            accumulation=max(1, int(get("gradient_accumulation_steps") or 1)),
+            accumulation=max(1, whole("gradient_accumulation_steps") if get("gradient_accumulation_steps") else 1),
         )
 
     @property
@@ -634,11 +643,27 @@ def largest_fitting_batch(
 ) -> int | None:
     """The largest per_device_train_batch_size whose estimate fits ``budget_gib`` (None if even 1 does not)."""
     start = int(config.get("per_device_train_batch_size", field_default("per_device_train_batch_size")))
-    for batch in range(start, 0, -1):
+
+    def fits(batch: int) -> bool:
         train = TrainingShape.from_config({**config, "per_device_train_batch_size": batch}, world_size, weight_bytes)
-        if estimate(shape, parameters, train, built).total_gib <= budget_gib:
-            return batch
-    return None
+        return estimate(shape, parameters, train, built).total_gib <= budget_gib
+
+    return largest_that_fits(fits, start)
+
+
+def largest_that_fits(fits: Callable[[int], bool], high: int) -> int | None:
+    """The largest n in [1, high] with ``fits(n)``, for a ``fits`` that holds up to some n and not beyond (memory
+    grows with the batch): a bisection, so a batch of 1e30 is ~100 estimates, never a scan of 1e30 of them."""
+    if high < 1 or not fits(1):
+        return None
+    low = 1  # fits(low); the answer is in [low, high]
+    while low < high:
+        middle = (low + high + 1) // 2
+        if fits(middle):
+            low = middle
+        else:
+            high = middle - 1
+    return low
 
 
 # -- the model LLaMA-Factory builds --------------------------------------------------------------------

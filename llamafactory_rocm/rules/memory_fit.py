@@ -23,6 +23,7 @@ from ..lf.memory import (
     checkpoint_weight_bytes,
     estimate,
     largest_fitting_batch,
+    largest_that_fits,
     shape_and_count,
 )
 from ..machine.snapshot import Device
@@ -225,11 +226,12 @@ def fitting_changes(config: Mapping[str, Any], ctx: Context, plan: _Plan, budget
         return False
 
     accumulation = int(lf_value(config, "gradient_accumulation_steps", 1))
-    for batch in range(train.batch - 1, 0, -1):  # trainer: tokens per step = batch x accumulation
+    # the largest smaller batch that fits (trainer: tokens per step = batch x accumulation)
+    batch = largest_that_fits(lambda n: plan.total(replace(train, batch=n)) <= budget_gib, train.batch - 1)
+    if batch is not None:
         steps = math.ceil(train.batch * accumulation / batch)
         what = f"per_device_train_batch_size: {batch} with gradient_accumulation_steps: {steps}"
-        if consider(what, replace(train, batch=batch)):
-            break
+        consider(what, replace(train, batch=batch))
     if not train.gradient_checkpointing:
         consider("remove disable_gradient_checkpointing", replace(train, gradient_checkpointing=True))
     cutoff = train.cutoff_len // 2
