@@ -266,7 +266,8 @@ def test_packed_rows_of_a_sample_are_said_to_be_an_estimate(stock_runs, tmp_path
     assert (read, full) == (256, 300) and made < read
     forecast = forecast_of(config, TrainRows.of(dry), 1, None, dry.forecast)
     lines = forecast_lines(forecast)
-    assert lines[1].startswith("  steps: about ") and lines[2].startswith("  rows estimated: ")
+    # the answer, "how", then the steps said to be "about" and the scale
+    assert lines[2].startswith("  steps: about ") and lines[3].startswith("  rows estimated: "), lines
     said = forecast.as_json()["work"]
     assert said["exact"] is False and said["rows_scaled_from"] == {"made": made, "of_rows_read": 256,
                                                                    "full_split_rows": 300}  # fmt: skip

@@ -218,9 +218,15 @@ def test_two_nodes_train_with_identical_rewrites_and_one_record_per_node(tiny_mo
     # (tests/rank_record.py: torchrun's variables, TrainingArguments, torch.distributed, accelerate), and its
     # record says that rank.
     by_process: dict[int, list[dict]] = {}
+    twins = []  # the hook's step 1 on a twin (lf/dry_step.py): a forked child that parses as one process
     for path in sorted(ranks.glob("*.json")):
-        by_process.setdefault(int(path.name.split("-")[0]), []).append(json.loads(path.read_text()))
+        record = json.loads(path.read_text())
+        if record["env"]["RANK"] is None:
+            twins.append(record)
+            continue
+        by_process.setdefault(int(path.name.split("-")[0]), []).append(record)
     assert len(by_process) == 2
+    assert all(t["training_args"]["parallel_mode"] == "not_parallel" and t["torch.distributed"] is None for t in twins)
     for parses in by_process.values():  # the hook's dry parses (its verdict, its dry launch), then the trainer's
         real = parses[-1]
         assert len(parses) >= 2 and all(parse == real for parse in parses), parses
