@@ -45,6 +45,9 @@ REFUSED: dict[str, tuple[dict[str, Any], str, str]] = {
     ),
     "asft with lora and no reference model": ({"use_asft_loss": True}, "object is not callable", "ref_model"),
     "push_to_hub offline": ({"push_to_hub": True}, "OfflineModeIsEnabled", "push_to_hub"),
+    # issue 53: a run too long for LLaMA-Factory's log callback to time (timedelta overflows at step 1)
+    "max_steps 2**62": ({"max_steps": 2**62}, "OverflowError", "max_steps"),
+    "num_train_epochs 1e30": ({"max_steps": -1, "num_train_epochs": 1e30}, "OverflowError", "num_train_epochs"),
 }
 ACCEPTED = {"warmup_stable_decay without num_decay_steps": {"lr_scheduler_type": "warmup_stable_decay"}}
 # FIRST_STEP_ONLY=regex runs only the cases whose id matches (for a mutation run: the stock runs are the cost)
@@ -54,7 +57,9 @@ ACCEPTED = {case: v for case, v in ACCEPTED.items() if ONLY.search(case)}
 
 
 def _config(model: Path, out: Path, changes: dict[str, Any]) -> dict[str, Any]:
-    return tiny_train_config(model, out, max_steps=1, max_samples=8, cutoff_len=64, plot_loss=False, **changes)
+    return tiny_train_config(
+        model, out, **{"max_steps": 1, "max_samples": 8, "cutoff_len": 64, "plot_loss": False, **changes}
+    )
 
 
 def _errors(config: dict[str, Any]) -> list[Any]:

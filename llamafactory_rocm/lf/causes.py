@@ -292,6 +292,20 @@ def _mix_strategy(groups: Mapping[str, str], config: Mapping[str, Any]) -> dict[
     return {"mix_strategy": config.get("mix_strategy", ""), "mix_strategy_works": works, "mix_why": why}
 
 
+def _run_length(groups: Mapping[str, str], config: Mapping[str, Any]) -> dict[str, Any]:
+    """The key that makes the run as long as it is: max_steps where it is set above 0 (transformers then ignores
+    num_train_epochs), else num_train_epochs; its default is the value that works."""
+    try:
+        by_steps = float(config.get("max_steps") or -1) > 0
+    except (TypeError, ValueError):
+        by_steps = False
+    key = "max_steps" if by_steps else "num_train_epochs"
+    value = config.get(key, _default(key))
+    unit = "steps" if by_steps else "epochs"
+    length = f"{value:,} {unit}" if isinstance(value, int) else f"{value!r} {unit}"
+    return {"key": key, "value": value, "default": _default(key), "length": length}
+
+
 def _optim_args(groups: Mapping[str, str], config: Mapping[str, Any]) -> dict[str, Any]:
     """optim_args as transformers reads it (_parse_optim_args: spaces dropped, split at commas, each piece
     ``key=value``): a piece written ``key: value`` is rewritten with "=", a piece with no single separator is
@@ -329,6 +343,7 @@ _CASE_VALUES = {
     "oft rank and block size": _oft_values,
     "tool format": _tool_format,
     "mix strategy": _mix_strategy,
+    "run too long to time": _run_length,
 }
 
 

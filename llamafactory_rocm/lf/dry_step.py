@@ -47,6 +47,7 @@ MAX_ACCUMULATION = 2
 GENERATED_TOKENS = 4  # predict_with_generate's evaluation at step 1: a few tokens show the generation runs
 # the phases of the workflow, in order; a failure before the trainer is the twin's own load
 PHASES = ("the workflow before its trainer", "the trainer's set-up", "train start", "step 1", "after step 1")
+STOPPED = ("before its trainer", "in the trainer's set-up", "at train start", "in step 1", "after step 1")  # said
 STAGES = ("pt", "sft", "rm", "dpo", "kto")
 # torchrun's variables (the rank view sets them: check/rank.py), left behind by the twin's one process
 DISTRIBUTED_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK")
@@ -410,7 +411,7 @@ def _said(launch: Launch, plan: Plan, result: dict[str, Any], seconds: float) ->
     run.error(
         code="FIRST_STEP_REFUSED",
         message=f"LLaMA-Factory's {stage} workflow, run to its first optimizer step on a shrunk twin of the model "
-        f"({twin}, on the CPU{changed}), stopped at {phase}{where}: {words}",
+        f"({twin}, on the CPU{changed}), stopped {STOPPED[PHASES.index(phase)]}{where}: {words}",
         key=cause.key,
         fix_as=cause.case,
         fix_with=cause.values,
