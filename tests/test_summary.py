@@ -291,6 +291,8 @@ def test_after_train_checked_the_hook_takes_the_forecast_from_trains_record_of_t
         (7199.0, "119 min 59 s"),
         (7199.6, "2.00 h"),
         (9000.0, "2.50 h"),
+        (999_999 * 3600.0, "999999.00 h"),
+        (1.786e25, "4.96e+21 h"),  # num_train_epochs: 1e30 (issue 53) said in three figures, not 22 digits
         (float("nan"), "not known"),  # a rate file can carry NaN
     ],
 )

@@ -46,11 +46,16 @@ def answer(forecast: Mapping[str, Any]) -> Answer | None:
     cost = ""
     if forecast.get("cost_usd"):
         low, high = forecast["cost_usd"]
-        cost = f"${low:,.2f} to ${high:,.2f}" if hours else f"at least ${low:,.2f}"
+        cost = f"{usd(low)} to {usd(high)}" if hours else f"at least {usd(low)}"
     work = [f"{forecast['work']['steps']:,} steps"]
     if forecast.get("tokens"):
         work.append(f"{forecast['tokens']['total']:,} tokens")
     return Answer(time, cost, where, ", ".join(work), basis(forecast.get("model_files")), short)
+
+
+def usd(amount: float) -> str:
+    """Dollars to the cent, or in three figures from a billion (a run of 1e30 epochs is said, not spelled)."""
+    return f"${amount:,.2f}" if amount < 1e9 else f"${amount:.3g}"
 
 
 def basis(model_files: Mapping[str, Any] | None) -> str:
