@@ -216,6 +216,7 @@ def test_check_forecast_json_gives_the_stock_runs_steps_and_tokens(stock_runs, t
     assert "forecast" not in plain  # off unless asked: the docs' transcripts stay as they are
 
 
+@pytest.mark.torchrun
 def test_two_torchrun_ranks_steps_equal_the_stock_runs_global_step(tiny_model, tmp_path):
     """Stock ``llamafactory-cli train`` on 2 torchrun ranks (gloo on CPU, hook off): accelerate deals the
     batches to the ranks, the last one filled from the start."""

@@ -134,6 +134,7 @@ AGREE_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.torchrun
 def test_two_gloo_ranks_with_different_recorded_archs_stop_together(tmp_path):
     script = tmp_path / "agree.py"
     script.write_text(AGREE_SCRIPT)
@@ -192,6 +193,7 @@ def node_config(model: Path, tmp_path: Path, rank: int, **overrides: object) -> 
     return config
 
 
+@pytest.mark.torchrun
 @pytest.mark.trainer
 def test_two_nodes_train_with_identical_rewrites_and_one_record_per_node(tiny_model, tmp_path):
     from llamafactory_rocm.check.record import latest_record
@@ -237,6 +239,7 @@ def test_two_nodes_train_with_identical_rewrites_and_one_record_per_node(tiny_mo
     assert json.loads((outs[0] / "trainer_state.json").read_text())["global_step"] == 2
 
 
+@pytest.mark.torchrun
 @pytest.mark.trainer
 def test_two_nodes_sharing_an_output_dir_train_and_write_one_record(tiny_model, tmp_path):
     """On a cluster the output_dir is usually on a shared filesystem: one record, by the world's rank 0."""
@@ -253,6 +256,7 @@ def test_two_nodes_sharing_an_output_dir_train_and_write_one_record(tiny_model, 
     assert json.loads((shared / "trainer_state.json").read_text())["global_step"] == 2
 
 
+@pytest.mark.torchrun
 @pytest.mark.trainer
 def test_a_node_whose_ranks_never_arrive_stops_the_others_after_the_timeout_naming_it(tiny_model, tmp_path):
     """Node 1's check refuses its config (a misspelt key), so its rank never checks in; node 0 does not wait
@@ -270,6 +274,7 @@ def test_a_node_whose_ranks_never_arrive_stops_the_others_after_the_timeout_nami
     assert not list((tmp_path / "node0" / "out").glob("checkpoint-*"))
 
 
+@pytest.mark.torchrun
 @pytest.mark.trainer
 def test_nodes_that_differ_in_config_stop_before_step_1_naming_them(tiny_model, tmp_path):
     other = node_config(tiny_model, tmp_path, 1, learning_rate=1e-2, lora_rank=8)

@@ -280,6 +280,7 @@ def _errors(checked: dict) -> list[dict]:
     return [f for f in json.loads(checked["out"])["findings"] if f["level"] == "error"]
 
 
+@pytest.mark.torchrun
 @pytest.mark.trainer
 @pytest.mark.parametrize("case", list(NODE_CASES))
 def test_the_check_agrees_with_stock_llamafactory_in_the_world_its_launcher_starts(case, node_corpus):
@@ -305,6 +306,7 @@ def _world_of(record: dict) -> dict:
     return {name: record.get(name) for name in fields}
 
 
+@pytest.mark.torchrun
 @pytest.mark.trainer
 @pytest.mark.parametrize("case", list(NODE_CASES))
 def test_the_check_judged_each_node_as_the_world_its_first_stock_rank_really_got(case, node_corpus):
@@ -344,6 +346,7 @@ def test_the_check_judged_each_node_as_the_world_its_first_stock_rank_really_got
         assert rank_words in finding["message"]
 
 
+@pytest.mark.torchrun
 @pytest.mark.trainer
 @pytest.mark.parametrize("case", sorted(REFUSED_BECAUSE))
 def test_a_refusal_gives_the_reason_the_stock_run_stopped_for(case, node_corpus):
@@ -361,6 +364,7 @@ def test_a_refusal_gives_the_reason_the_stock_run_stopped_for(case, node_corpus)
             assert "LLAMAFACTORY_REFUSED" not in {f["code"] for f in errors}, [f["message"][:200] for f in errors]
 
 
+@pytest.mark.torchrun
 def test_the_corpus_covers_each_world_and_both_verdicts(node_corpus):
     """A corpus of one verdict or one world cannot tell a rank's view from a plain process's; every refusal
     has its reason pinned."""
@@ -379,6 +383,7 @@ def _train_on_node(node: str, folder: Path, **extra: str) -> subprocess.Complete
                           capture_output=True, text=True, timeout=600)  # fmt: skip
 
 
+@pytest.mark.torchrun
 @pytest.mark.trainer
 def test_the_hook_on_a_simulated_two_gpu_node_trains_with_the_rewrites_on_both_ranks(tiny_model, tmp_path):
     """A blog key the check drops (backend: pt) would stop any rank that still had it (LLaMA-Factory's parser:
@@ -400,6 +405,7 @@ def test_the_hook_on_a_simulated_two_gpu_node_trains_with_the_rewrites_on_both_r
     assert json.loads((tmp_path / "out" / "trainer_state.json").read_text())["global_step"] == 2
 
 
+@pytest.mark.torchrun
 @pytest.mark.trainer
 @pytest.mark.parametrize("first_rank_late_s", [None, "8"])
 def test_a_refusal_on_a_simulated_two_gpu_node_stops_both_ranks_said_once(first_rank_late_s, tiny_model, tmp_path):

@@ -166,6 +166,7 @@ def test_run_exp_from_a_script_gets_the_rewrites_and_the_guard(tiny_model, tmp_p
     assert "COMPUTE_DTYPE_REWRITTEN" in codes(record)
 
 
+@pytest.mark.torchrun
 def test_two_torchrun_ranks_both_run_the_hook_and_write_one_record(tiny_model, tmp_path):
     out = tmp_path / "out"
     cfg = write_config(tmp_path / "blog.yaml", tiny_train_config(tiny_model, out, max_steps=6, **BLOG_KEYS))

@@ -1622,19 +1622,40 @@ def run_training(prep: Prepared, env: dict[str, str]) -> TrainResult:
 
 # LLaMA-Factory alone (hook off): each case as `llamafactory-cli train ARGS` runs it, one process for all
 # (tests/stock_runner.py, the same runner as the property oracle's).
+# A case's stock outcome may be the recorded one (tests/stock_runner.py: recorded with the installed versions,
+# keyed by every file the run reads; a rotating share and every case without a record run for real).
 def run_alone(items: list[tuple[Prepared, Prepared]], work: Path, env: dict[str, str]) -> dict[str, TrainResult]:
     if not items:
         return {}
     cases = [{"id": a.case.id, "dir": str(a.case_dir), "args": a.args, "env": a.case.env} for _, a in items]
-    raw, proc = stock_runner.run_alone(cases, work, env, name="alone", timeout=TRAIN_TIMEOUT_S * 3)
+    raw, proc = stock_runner.run_alone(cases, work, env, name="alone", timeout=TRAIN_TIMEOUT_S * 3, replay=True)
     results = {}
     for _, alone in items:
         got = raw.get(alone.case.id)
         if got is None:  # the runner died before this case: say so, never guess
             results[alone.case.id] = TrainResult(-1, "partial", last_error_line(proc.stderr) or "runner died")
         else:
-            results[alone.case.id] = TrainResult(got["exit"], train_state(alone, got["exit"]), got["error"])
+            state = changes_state(alone, got["exit"], got["wrote"], got["removed"])
+            if not got.get("replayed"):  # what a recorded run's state is read from gives the disk's answer
+                assert state == train_state(alone, got["exit"]), (alone.case.id, got["wrote"], got["removed"])
+            results[alone.case.id] = TrainResult(got["exit"], state, got["error"])
     return results
+
+
+def changes_state(prep: Prepared, exit_code: int, wrote: list[str], removed: list[str]) -> str:
+    """``train_state`` from what the run wrote and removed in its case's folder (a recorded run's files are
+    not on this disk); the same answer as ``train_state`` from the output folder's digests."""
+    out = prep.output_dir.relative_to(prep.case_dir)
+    inside = {str(Path(p).relative_to(out)) for p in wrote if Path(p).is_relative_to(out)}
+    gone = {str(Path(p).relative_to(out)) for p in removed if Path(p).is_relative_to(out)}
+    weights_written = any(name in inside for name in WEIGHTS)
+    earlier_kept = not (set(prep.before) & (inside | gone))
+    new_checkpoint = any(name.startswith("checkpoint-") and name not in prep.before for name in inside)
+    if exit_code == 0 and weights_written:
+        return "finished"
+    if exit_code != 0 and not weights_written and not new_checkpoint and earlier_kept:
+        return "not started"
+    return "partial"
 
 
 def peft_on_meta(prep: Prepared) -> TrainResult:

@@ -34,6 +34,8 @@ import yaml
 from llamafactory_rocm.resources import datasets_dir
 from tests.test_exposure import _free_port, start_webui, stop, wait_served
 
+pytestmark = pytest.mark.browser
+
 CHROMIUM_ENV = "LLAMAFACTORY_ROCM_CHROMIUM"
 SCREENSHOTS_ENV = "LLAMAFACTORY_ROCM_SCREENSHOTS"
 SHORT_RUN = {"optim": "adamw_torch", "max_steps": 6, "logging_steps": 1, "max_samples": 64, "cutoff_len": 128}
