@@ -58,17 +58,21 @@ def _write(folder: Path, record: dict[str, Any]) -> None:
     (folder / name).write_text(json.dumps(record, sort_keys=True), encoding="utf-8")
 
 
-def recorded_parser(parse: Callable[..., Any], folder: Path) -> Callable[..., Any]:
+def recorded_parser(parse: Callable[..., Any], folder: Path, pid: int | None = None) -> Callable[..., Any]:
     """``get_train_args`` that also records the world it ran in: its TrainingArguments when it returns,
-    the environment and process group when it refuses."""
+    the environment and process group when it refuses. ``pid``: only in that process (the check's, not the
+    child it forks to run step 1 on a twin as one plain process: lf/dry_step.py)."""
 
     def get_train_args(*args: Any, **kwargs: Any) -> Any:
+        mine = pid is None or os.getpid() == pid
         try:
             parsed = parse(*args, **kwargs)
         except BaseException as exc:
-            _write(folder, {**rank_view(), "refused": f"{type(exc).__name__}: {exc}"[:500]})
+            if mine:
+                _write(folder, {**rank_view(), "refused": f"{type(exc).__name__}: {exc}"[:500]})
             raise
-        _write(folder, rank_view(parsed[2]))
+        if mine:
+            _write(folder, rank_view(parsed[2]))
         return parsed
 
     get_train_args.__wrapped__ = parse  # type: ignore[attr-defined]
@@ -92,7 +96,7 @@ def recording(folder: Path) -> Iterator[None]:
     owners = (hparams, parser)
     saved = [owner.get_train_args for owner in owners]
     for owner, parse in zip(owners, saved, strict=True):
-        owner.get_train_args = recorded_parser(parse, folder)
+        owner.get_train_args = recorded_parser(parse, folder, os.getpid())
     try:
         yield
     finally:
