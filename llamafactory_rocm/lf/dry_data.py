@@ -83,14 +83,13 @@ def _capped_dataset(launch: Launch, split: _SplitSpy) -> Mapping[str, Any] | Non
                 else Cause(STREAMED_NO_ROWS, {"workers": shards}, WORKERS_KEY, {WORKERS_KEY: 1})
             )
             said = "" if shards is None else f" (a local file streamed in {shards} shard(s) reads no rows)"
-            launch.run.error(
+            launch.run.refused(
                 code="DATA_PIPELINE_REFUSED",
                 message=f"LLaMA-Factory's data pipeline (get_dataset, stage={launch.run.data_stage!r} for "
                 f"stage {launch.run.stage!r}) refused: {one_line(exc)}{said}",
-                fix_as="pipeline" if cause.case == "other" else cause.case,
-                fix_with=cause.values,
-                key=cause.key or "dataset",
-                remedy=cause.remedy,
+                cause=cause,
+                key="dataset",
+                other="pipeline",
             )
         return None
 

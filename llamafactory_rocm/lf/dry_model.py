@@ -47,13 +47,11 @@ def tokenizer_and_template(launch: Launch) -> None:
         launch.template = get_template_and_fix_tokenizer(launch.tokenizer_module["tokenizer"], launch.data_args)
     except Exception as exc:
         cause = cause_of("TEMPLATE_REFUSED", f"{type(exc).__name__}: {one_line(exc)}", launch.config)
-        launch.run.error(
+        launch.run.refused(
             code="TEMPLATE_REFUSED",
             message=f"LLaMA-Factory's get_template_and_fix_tokenizer refused: {one_line(exc)}",
-            fix_as=cause.case,
-            fix_with=cause.values,
-            key=cause.key or "template",
-            remedy=cause.remedy,
+            cause=cause,
+            key="template",
         )
 
 
@@ -86,13 +84,10 @@ def build_model(launch: Launch) -> None:
             launch.run.skip("the model's adapter set-up", f"it needs real weights: {text}")
             return
         cause = cause_of("MODEL_MODULES_REFUSED", text, launch.config)
-        launch.run.error(
+        launch.run.refused(
             code="MODEL_MODULES_REFUSED",
             message=f"LLaMA-Factory's load_model/init_adapter refused (model built on the meta device): {text}",
-            fix_as=cause.case,
-            fix_with=cause.values,
-            key=cause.key,
-            remedy=cause.remedy,
+            cause=cause,
         )
         if isinstance(exc, ImportError) and launch.model_args.quantization_bit is not None:
             _count_without_quantization(launch, load_model, is_trainable, add_valuehead)

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..errors import one_line
 from ..findings import Finding, Level
+from .causes import Cause
 from .memory import ModelMemory
 
 
@@ -69,6 +70,14 @@ class DryRun:
     def error(self, *, code: str, message: str, key: str | None = None, **fix: Any) -> None:
         """An error; ``fix``: the registry template's ``fix_with`` values and ``fix_as`` case (findings/)."""
         self.add(code=code, level=Level.ERROR, message=message, key=key, **fix)
+
+    def refused(self, *, code: str, message: str, cause: Cause, key: str | None = None, other: str = "other") -> None:
+        """An error whose fix is the library's refusal's cause (lf/causes.py cause_of): its case, values, key and
+        remedy; ``key``: the key where the cause names none; ``other``: the case said where no pattern matched."""
+        case = other if cause.case == "other" else cause.case
+        self.error(
+            code=code, message=message, key=cause.key or key, fix_as=case, fix_with=cause.values, remedy=cause.remedy
+        )
 
     def add(self, *, code: str, level: Level, message: str, key: str | None = None, **fix: Any) -> None:
         self.findings.append(Finding(code=code, level=level, message=message, key=key, **fix))

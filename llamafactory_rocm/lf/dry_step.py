@@ -408,12 +408,9 @@ def _said(launch: Launch, plan: Plan, result: dict[str, Any], seconds: float) ->
     where = f" [{result['where']}]" if result.get("where") else ""
     cause = cause_of("FIRST_STEP_REFUSED", words + where + facts, launch.config, given=given)
     where = f" ({result['where']})" if result.get("where") else ""
-    run.error(
+    run.refused(
         code="FIRST_STEP_REFUSED",
         message=f"LLaMA-Factory's {stage} workflow, run to its first optimizer step on a shrunk twin of the model "
         f"({twin}, on the CPU{changed}), stopped {STOPPED[PHASES.index(phase)]}{where}: {words}",
-        key=cause.key,
-        fix_as=cause.case,
-        fix_with=cause.values,
-        remedy=cause.remedy,
+        cause=cause,
     )

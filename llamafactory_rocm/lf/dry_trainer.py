@@ -75,14 +75,11 @@ def trainer_setup(launch: Launch) -> None:
                     )
             except (TypeError, ValueError) as exc:
                 cause = cause_of("OPTIMIZER_REFUSED", one_line(exc), launch.config)
-                launch.run.error(
+                launch.run.refused(
                     code="OPTIMIZER_REFUSED",
                     message=f"torch's {optimizer_cls.__name__} refused the trainer's arguments {kwargs}: "
                     f"{one_line(exc)}",
-                    key=cause.key,
-                    fix_as=cause.case,
-                    fix_with=cause.values,
-                    remedy=cause.remedy,
+                    cause=cause,
                 )
     if optimizer is not None:
         steps = work_of(launch.training_args, launch.train_rows or 1).steps  # as the trainer counts them
