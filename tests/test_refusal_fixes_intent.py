@@ -108,6 +108,16 @@ CASES: dict[str, Case] = {
         said=("shift_attn: false",),
         not_said=('pip install "0"', "pip install"),
     ),
+    # wrong: an unexpected scheduler kwarg answered "give the arguments it names"; cosine with a floor is its own type
+    "min_lr for cosine": Case(
+        {"lr_scheduler_type": "cosine", "lr_scheduler_kwargs": {"min_lr": 1.0e-6}},
+        "SCHEDULER_REFUSED",
+        "lr_scheduler_type",
+        {"lr_scheduler_type": "cosine_with_min_lr"},
+        "unexpected keyword argument 'min_lr'",
+        said=("lr_scheduler_type: cosine_with_min_lr",),
+        not_said=("Give the arguments it names",),
+    ),
     # poor cause: optim_args's words, not optim (the value already there)
     "optim_args malformed": Case(
         {"optim": "adamw_torch", "optim_args": "eps:1e-8, betas0.9"},

@@ -98,10 +98,12 @@ def trainer_setup(launch: Launch) -> None:
                     scheduler_specific_kwargs=args.lr_scheduler_kwargs,
                 )
         except (ImportError, ValueError, TypeError, OverflowError) as exc:  # OverflowError: warmup_steps: .inf
-            launch.run.error(
+            # the words choose the fix: a min_lr that plain cosine does not take is cosine_with_min_lr's
+            launch.run.refused(
                 code="SCHEDULER_REFUSED",
                 message=f"transformers' get_scheduler refused lr_scheduler_type {args.lr_scheduler_type.value}: "
                 f"{one_line(exc)}",
+                cause=cause_of("SCHEDULER_REFUSED", one_line(exc), launch.config),
                 key="lr_scheduler_kwargs" if args.lr_scheduler_kwargs else "lr_scheduler_type",
             )
     try:
