@@ -118,6 +118,16 @@ CASES: dict[str, Case] = {
         said=("lr_scheduler_type: cosine_with_min_lr",),
         not_said=("Give the arguments it names",),
     ),
+    # vague: rope_scaling answered "run it once and report the words"; LLaMA-Factory's float max_position_embeddings
+    "rope_scaling past the model's length": Case(
+        {"rope_scaling": "linear", "cutoff_len": 4096},
+        "MODEL_MODULES_REFUSED",
+        "rope_scaling",
+        {"rope_scaling": None},
+        "expected int, got float",
+        said=("Remove rope_scaling", "transformers 5 refuses a float"),
+        not_said=("report the words",),
+    ),
     # poor cause: optim_args's words, not optim (the value already there)
     "optim_args malformed": Case(
         {"optim": "adamw_torch", "optim_args": "eps:1e-8, betas0.9"},
