@@ -118,7 +118,8 @@ def run_alone(
     mode = os.environ.get(MODE_ENV, "replay")
     record = _load_record()
     current = installed_versions() == record.get("versions")
-    keys = {case["id"]: case_key(case) for case in cases}
+    own = {case["id"]: _files(Path(case["dir"])) for case in cases}  # read once: the key and a real run's before
+    keys = {case["id"]: case_key(case, own[case["id"]]) for case in cases}
     answers: dict[str, dict[str, Any]] = {}
     real = []
     for case in cases:
@@ -128,15 +129,14 @@ def run_alone(
             answers[case["id"]] = _restored(known, str(case["dir"]))
         else:
             real.append(case)
-    before = {case["id"]: _files(Path(case["dir"])) for case in real}
-    results, proc = _run(real, work, env, name=name, timeout=timeout) if real else (_NOTHING_RUN, _NOTHING)
+    results, proc = _run(real, work, env, name=name, timeout=timeout) if real else ({}, _NOTHING)
     stale = []
     for case in real:
         got = results.get(case["id"])
         if got is None:
             continue
         after = _files(Path(case["dir"]))
-        old = before[case["id"]]
+        old = own[case["id"]]
         got["wrote"] = sorted(path for path, digest in after.items() if old.get(path) != digest)
         got["removed"] = sorted(set(old) - set(after))
         known = record.get("runs", {}).get(keys[case["id"]]) if current else None
@@ -160,7 +160,6 @@ REPO = Path(__file__).resolve().parents[1]
 # pytest's folders: /tmp/pytest-of-<user>/pytest-<n>[/popen-gw<k>], different in every session
 _TMP = re.compile(re.escape(tempfile.gettempdir()) + r"/pytest-of-[^/]+/pytest-\d+(?:/popen-gw\d+)?")
 _PATH = re.compile(r"(?:<tmp>|<repo>)/[^\s\"',;:]+")
-_NOTHING_RUN: dict[str, dict[str, Any]] = {}
 _NOTHING = subprocess.CompletedProcess(args=[], returncode=0, stdout="", stderr="")
 
 
@@ -231,11 +230,12 @@ def _digest_of(path: str, stats: tuple[tuple[str, int, int], ...]) -> str:
     return hashlib.sha256(json.dumps(_files(target), sort_keys=True).encode()).hexdigest()[:20]
 
 
-def case_key(case: Mapping[str, Any]) -> str:
-    """Everything the stock run reads: its arguments and environment, every file in its folder, every file
-    or folder outside it that they name (the model, the datasets), and this runner's code."""
+def case_key(case: Mapping[str, Any], own: Mapping[str, str] | None = None) -> str:
+    """Everything the stock run reads: its arguments and environment, every file in its folder (``own``: those
+    files' digests, where the caller read them already), every file or folder outside it that they name (the
+    model, the datasets), and this runner's code."""
     folder = Path(case["dir"])
-    own = _files(folder)
+    own = _files(folder) if own is None else own
     texts = [*map(str, case["args"]), *(str(v) for _, v in case.get("env", ()) if v)]
     texts += [(folder / name).read_text(encoding="utf-8", errors="replace") for name in own
               if name.endswith((".yaml", ".yml", ".json")) and (folder / name).stat().st_size < 2**20]  # fmt: skip

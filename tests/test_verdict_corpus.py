@@ -1590,6 +1590,12 @@ def train_state(prep: Prepared, exit_code: int, output_dir: Path | None = None) 
     weights_written = any(name in after and after[name] != prep.before.get(name) for name in WEIGHTS)
     earlier_kept = all(after.get(name) == digest for name, digest in prep.before.items())
     new_checkpoint = any(name.startswith("checkpoint-") and name not in prep.before for name in after)
+    return state_of(exit_code, weights_written, new_checkpoint, earlier_kept)
+
+
+def state_of(exit_code: int, weights_written: bool, new_checkpoint: bool, earlier_kept: bool) -> str:
+    """ "finished" (exit 0, weights written), "not started" (refused with nothing written and what was there
+    kept), else "partial"."""
     if exit_code == 0 and weights_written:
         return "finished"
     if exit_code != 0 and not weights_written and not new_checkpoint and earlier_kept:
@@ -1651,11 +1657,7 @@ def changes_state(prep: Prepared, exit_code: int, wrote: list[str], removed: lis
     weights_written = any(name in inside for name in WEIGHTS)
     earlier_kept = not (set(prep.before) & (inside | gone))
     new_checkpoint = any(name.startswith("checkpoint-") and name not in prep.before for name in inside)
-    if exit_code == 0 and weights_written:
-        return "finished"
-    if exit_code != 0 and not weights_written and not new_checkpoint and earlier_kept:
-        return "not started"
-    return "partial"
+    return state_of(exit_code, weights_written, new_checkpoint, earlier_kept)
 
 
 def peft_on_meta(prep: Prepared) -> TrainResult:
