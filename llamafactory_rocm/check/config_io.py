@@ -20,14 +20,11 @@ CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
 def _read_args(tokens: list[str]) -> Any:
     """LLaMA-Factory's own ``read_args`` on ``llamafactory-cli train <tokens>`` (its launcher pops
     ``train``, so ``sys.argv`` is then ``["llamafactory-cli", *tokens]``)."""
-    from ..lf.text_only import text_only_llamafactory
-
-    with text_only_llamafactory():
-        from llamafactory.hparams.parser import read_args
+    from ..lf.library import read_args
 
     with Patches() as patches:
         patches.setattr(sys, "argv", ["llamafactory-cli", *tokens])
-        return read_args(None)
+        return read_args()
 
 
 def _first_line(exc: BaseException) -> str:

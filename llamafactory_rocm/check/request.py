@@ -102,7 +102,7 @@ def from_launch_args(
 def from_run_exp(args: dict[str, Any] | list[str] | None) -> CheckRequest | None:
     """What ``run_exp(args)`` receives, read by LLaMA-Factory's own ``read_args`` exactly as the rank reads
     it (a YAML path and overrides in argv, a flag list, or a dict); None for ``--help``."""
-    from llamafactory.hparams import read_args
+    from ..lf.library import read_args
 
     raw = read_args(args)
     if isinstance(raw, list) and ("-h" in raw or "--help" in raw):

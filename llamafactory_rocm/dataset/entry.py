@@ -52,18 +52,15 @@ class _Reads(dict):
 def _parser_reads() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
     """(source keys in get_dataset_list's order, option keys, column keys, tag keys), read by running
     LLaMA-Factory's own ``get_dataset_list`` and ``DatasetAttr.join`` (data/parser.py) on recording entries."""
-    from ..lf.text_only import text_only_llamafactory
-
-    with text_only_llamafactory():
-        from llamafactory.data.parser import DatasetAttr, get_dataset_list
+    from ..lf.library import dataset_attr_class, dataset_list
 
     probe = _Reads()
-    get_dataset_list(["probe"], {"probe": probe})  # no source key present: it asks each, then file_name
+    dataset_list(["probe"], {"probe": probe})  # no source key present: it asks each, then file_name
     joined = [key for key in probe.asked if key not in ("columns", "tags")]
     sources = tuple(dict.fromkeys(joined[: joined.index("file_name") + 1]))
     options = tuple(dict.fromkeys(joined[joined.index("file_name") + 1 :]))
     blocks = _Reads(has=frozenset({"columns", "tags"}))
-    DatasetAttr("file", "probe").join(blocks)
+    dataset_attr_class()("file", "probe").join(blocks)
     columns = tuple(dict.fromkeys(blocks.blocks["columns"].asked))
     tags = tuple(dict.fromkeys(blocks.blocks["tags"].asked))
     return sources, (*options, "columns", "tags"), columns, tags
@@ -115,12 +112,9 @@ def converter_reads(formatting: str) -> frozenset[str]:
 
 @cache
 def _converter_reads(formatting: str) -> frozenset[str]:
-    from ..lf.text_only import text_only_llamafactory
+    from ..lf.library import dataset_converters
 
-    with text_only_llamafactory():
-        from llamafactory.data.converter import DATASET_CONVERTERS
-
-    converter = DATASET_CONVERTERS.get(formatting)
+    converter = dataset_converters().get(formatting)
     if converter is None:
         return frozenset()
     read: set[str] = set()

@@ -93,11 +93,9 @@ def dataset_names(value: Any) -> list[str]:
     if value is None:
         return []
     try:
-        from ..lf.text_only import text_only_llamafactory
+        from ..lf.library import data_arguments
 
-        with text_only_llamafactory():
-            from llamafactory.hparams import DataArguments
-        split = DataArguments(dataset=value).dataset
+        split = data_arguments(dataset=value).dataset
     except ImportError:  # LLaMA-Factory not importable: the same split
         split = [item.strip() for item in value.split(",")] if isinstance(value, str) else value
     if not isinstance(split, (list, tuple)):  # `dataset: 123`: split_arg hands a non-string back as it is

@@ -35,6 +35,7 @@ from typing import Any
 
 from ..errors import UsageError, one_line
 from ..findings import Finding, Level
+from ..lf import library
 from ..lf.patching import Patches, progress_bars_off
 from ..lf.work import work_of
 from .findings import config_dataset_findings
@@ -42,7 +43,6 @@ from .info import reason
 
 RECORD = "llamafactory_rocm_prepare.json"  # beside LLaMA-Factory's files in tokenized_path
 CPU_ONLY_DROPS = ("deepspeed", "fp16", "bf16", "pure_bf16", "fsdp", "fsdp_config", "ddp_timeout")
-_PROCESSORS = "llamafactory.data.processor"
 SAID = 303  # LLaMA-Factory's words in a usage error: at most 300 characters and "..."
 _TEMPLATE_PROCESSORS = ("supervised", "pairwise", "feedback", "unsupervised")  # those calling infer_seqlen
 
@@ -113,12 +113,7 @@ def _logs_on_stderr(verbose: bool) -> Iterator[None]:
     Not verbose: its prints (the example's token dump) are dropped, datasets' progress bars are off and
     the processors' per-row "Dropped ..." warnings are filtered out (the summary counts them)."""
 
-    from ..lf.text_only import text_only_llamafactory
-
-    with text_only_llamafactory():
-        from llamafactory.extras import logging as lf_logging
-
-    lf_logging.get_logger("llamafactory")  # its handler exists from here on
+    library.get_logger("llamafactory")  # its handler exists from here on
     handlers = logging.getLogger("llamafactory").handlers
     with Patches() as patches:
         for handler in handlers:
@@ -142,7 +137,7 @@ class _RowDrops(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         text = str(record.msg)
-        if record.name.startswith(_PROCESSORS) and text.startswith("Dropped "):
+        if record.name.startswith(library.PROCESSORS) and text.startswith("Dropped "):
             return False
         return not (record.name == "llamafactory.hparams.parser" and "mixed precision" in text)
 
@@ -160,12 +155,6 @@ class _Run:
 
     def __init__(self, config: dict[str, Any], scratch: Path, world_size: int) -> None:
         from ..lf.stages import data_stage
-        from ..lf.text_only import text_only_llamafactory
-
-        with text_only_llamafactory():
-            from llamafactory.data import get_template_and_fix_tokenizer
-            from llamafactory.hparams import get_train_args
-            from llamafactory.model import load_tokenizer
 
         self.config = {k: v for k, v in config.items() if k not in CPU_ONLY_DROPS}
         self.config.update(output_dir=str(scratch / "out"), report_to="none", overwrite_cache=True)
@@ -173,24 +162,23 @@ class _Run:
         self.config.pop("tokenized_path", None)
         self.world_size = world_size
         try:
-            self.model_args, self.data_args, self.training_args, self.finetuning_args, _ = get_train_args(self.config)
-            self.tokenizer_module = load_tokenizer(self.model_args)
+            parsed = library.get_train_args(self.config)
+            self.model_args, self.data_args, self.training_args, self.finetuning_args, _ = parsed
+            self.tokenizer_module = library.load_tokenizer(self.model_args)
         except (Exception, SystemExit) as err:  # the tokenizer is not reachable, or LF refuses the config
             said = one_line(err, limit=SAID, cause=False)
             raise UsageError(f"LLaMA-Factory cannot load the tokenizer or the config: {said}") from None
         self.tokenizer = self.tokenizer_module["tokenizer"]
         self.data_stage = data_stage(self.finetuning_args.stage)  # what the workflow passes: run_dpo -> "rm"
         self.own_template = getattr(self.tokenizer, "chat_template", None)  # before LF may replace it
-        self.template = get_template_and_fix_tokenizer(self.tokenizer, self.data_args)
+        self.template = library.template_and_fix_tokenizer(self.tokenizer, self.data_args)
 
     def tokenize(self, staging: Path) -> Any:
         """LLaMA-Factory's ``get_dataset``, once, saving at ``staging``; returns the train set."""
-        from llamafactory.data import get_dataset
-
         try:
             with Patches() as patches:
                 patches.setattr(self.data_args, "tokenized_path", str(staging))  # None again after (popped above)
-                module = get_dataset(
+                module = library.get_dataset(
                     self.template, self.model_args, self.data_args, self.training_args, self.data_stage,
                     **self.tokenizer_module,
                 )  # fmt: skip
@@ -241,10 +229,7 @@ class _Watch:
 
     # -- set-up and tear-down
     def __enter__(self) -> _Watch:
-        import importlib
-
-        from llamafactory.data import loader
-
+        loader = library.data_loader()
         self.folder.mkdir(parents=True, exist_ok=True)
         global _ACTIVE
         _ACTIVE = self
@@ -252,13 +237,13 @@ class _Watch:
         self._patch(loader, "_get_merged_dataset", self._on_merge)
         self._patch(loader, "_get_preprocessed_dataset", self._on_preprocess)
         for name in _TEMPLATE_PROCESSORS:
-            module = importlib.import_module(f"{_PROCESSORS}.{name}")
+            module = library.data_processors(name)
             self._patch(module, "infer_seqlen", self._on_infer_seqlen)
-        supervised = importlib.import_module(f"{_PROCESSORS}.supervised")
+        supervised = library.data_processors("supervised")
         self.supervised = supervised.SupervisedDatasetProcessor
         self._patch(supervised, "greedy_knapsack", self._on_knapsack)
         self._patch(self.template_class, "encode_multiturn", self._on_encode_multiturn, method=True)
-        processors = importlib.import_module(_PROCESSORS)
+        processors = library.data_processors()
         classes = {c for c in vars(processors).values() if isinstance(c, type) and hasattr(c, "preprocess_dataset")}
         for cls in classes:
             self._patch(cls, "preprocess_dataset", self._on_batch, method=True)

@@ -89,9 +89,9 @@ def _no_gc() -> Iterator[None]:
 def _processor_class(stage: str, data_args: Any) -> type | None:
     """The processor LLaMA-Factory's own ``_get_dataset_processor`` picks for this data stage and these
     data arguments (packing, neat_packing); None where it has no per-row drop rule (pre-training)."""
-    from llamafactory.data.loader import _get_dataset_processor
+    from ..lf.library import dataset_processor
 
-    chosen = type(_get_dataset_processor(data_args, stage, template=None, tokenizer=None, processor=None))
+    chosen = type(dataset_processor(data_args, stage))
     return chosen if hasattr(chosen, "_encode_data_example") else None
 
 
@@ -112,9 +112,9 @@ class RowChecker:
     """Runs one dataset's rows through LLaMA-Factory's converter, then its drop rule a few rows at a time."""
 
     def __init__(self, dataset_attr: Any, data_args: Any, stage: str = "sft", limit: int = DEFAULT_MAX_ROWS_SHOWN):
-        from llamafactory.data.converter import get_dataset_converter
+        from ..lf.library import dataset_converter
 
-        self.converter = get_dataset_converter(dataset_attr.formatting, dataset_attr, data_args)
+        self.converter = dataset_converter(dataset_attr.formatting, dataset_attr, data_args)
         cls = _processor_class(stage, data_args)
         self.probe = _probe(cls, data_args) if cls is not None else None
         self.count_empty = not dataset_attr.kto_tag  # a KTO row carries an empty response by design

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from ..lf.library import data_arguments, dataset_converters, dataset_list, file_types
 from .entry import (
     COLUMN_KEYS,
     FORMATTINGS,
@@ -166,13 +167,12 @@ def validate_entry(
         return report
     report.ignored = entry_warnings(entry, attr)
     report.warnings += report.ignored
-    from llamafactory.data.converter import DATASET_CONVERTERS
-
-    if attr.formatting not in DATASET_CONVERTERS:  # get_dataset_converter's own test, before any row
-        hint = did_you_mean(str(attr.formatting), DATASET_CONVERTERS)
+    converters = dataset_converters()
+    if attr.formatting not in converters:  # get_dataset_converter's own test, before any row
+        hint = did_you_mean(str(attr.formatting), converters)
         report.errors.append(
             f"formatting {attr.formatting!r}{hint}: LLaMA-Factory stops with 'Dataset converter "
-            f"{attr.formatting} not found.' (it has {', '.join(DATASET_CONVERTERS)})"
+            f"{attr.formatting} not found.' (it has {', '.join(converters)})"
         )
         return report
     if attr.load_from != "file":
@@ -212,18 +212,12 @@ def _parser_stops(entry: Any, err: Exception) -> str:
 
 def dataset_attr(name: str, entry: Any, dataset_dir: Path) -> Any:
     """The entry as LLaMA-Factory's parser reads it."""
-    from ..lf.text_only import text_only_llamafactory
-
-    with text_only_llamafactory():
-        from llamafactory.data.parser import get_dataset_list
-
-    return get_dataset_list([name], {name: entry})[0]
+    return dataset_list([name], {name: entry})[0]
 
 
 def _local_files(report: DatasetReport, path: Path) -> list[Path]:
     """The files ``_load_single_dataset`` gives the loader: a file, or every entry of a folder."""
-    from llamafactory.extras.constants import FILEEXT2TYPE
-
+    suffix_types = file_types()
     if path.is_dir():
         files = [path / name for name in os.listdir(path)]
     elif path.is_file():
@@ -242,9 +236,9 @@ def _local_files(report: DatasetReport, path: Path) -> list[Path]:
     if odd:
         report.errors.append(f"{odd[0]} is not a regular file: a dataset folder may hold data files only")
         return []
-    types = {FILEEXT2TYPE.get(f.suffix[1:]) for f in files}
+    types = {suffix_types.get(f.suffix[1:]) for f in files}
     if None in types:
-        report.errors.append(f"{path}: LLaMA-Factory loads only {', '.join(FILEEXT2TYPE)} files")
+        report.errors.append(f"{path}: LLaMA-Factory loads only {', '.join(suffix_types)} files")
     elif len(types) > 1:
         report.errors.append(f"{path} mixes file types ({', '.join(sorted(map(str, types)))}): LLaMA-Factory needs one")
     elif types.isdisjoint(CHECKED_TYPES):
@@ -255,9 +249,7 @@ def _local_files(report: DatasetReport, path: Path) -> list[Path]:
 
 
 def _check_rows(report: DatasetReport, files: list[Path], attr: Any, options: CheckOptions, labelled: bool) -> None:
-    from llamafactory.hparams import DataArguments
-
-    data_args = DataArguments(dataset_dir=str(Path(report.files[0]).parent), media_dir=options.media_dir)
+    data_args = data_arguments(dataset_dir=str(Path(report.files[0]).parent), media_dir=options.media_dir)
     checker = RowChecker(attr, data_args, options.stage, limit=options.max_errors)
     reads = converter_reads(attr.formatting)
     mapped = [getattr(attr, key) for key in COLUMN_KEYS if key in reads and isinstance(getattr(attr, key), str)]

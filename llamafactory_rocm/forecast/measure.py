@@ -645,10 +645,10 @@ def _child(config_file: str, clock_file: str) -> None:
             if run:
                 self.run_events = run_events(args, int(run["steps"]), int(run["epochs"]))
 
-    from llamafactory.train.tuner import run_exp
+    from ..lf.library import run_exp
 
     clock = Clock()
-    run_exp(args=payload["config"], callbacks=[clock])
+    run_exp(payload["config"], callbacks=[clock])
     # on a GPU the process's CPU time is the launches' and waits', not a share of the device: not said
     wall = clock.ends[-1] - clock.ends[0] if len(clock.ends) > 1 and not torch.cuda.is_available() else 0.0
     Path(clock_file).write_text(

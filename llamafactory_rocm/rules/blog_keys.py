@@ -211,13 +211,12 @@ def generation_keys() -> frozenset[str]:
     import dataclasses
 
     try:
-        from ..lf.text_only import text_only_llamafactory
+        from ..lf.library import generating_arguments
 
-        with text_only_llamafactory():
-            from llamafactory.hparams import GeneratingArguments
+        fields = dataclasses.fields(generating_arguments())
     except Exception:  # LLaMA-Factory not importable: the shipped key list serves, no exclusion
         return frozenset()
-    return frozenset(f.name for f in dataclasses.fields(GeneratingArguments))
+    return frozenset(f.name for f in fields)
 
 
 # Reported by their own rules above when their value cannot be translated: not twice.

@@ -47,10 +47,7 @@ def under_llamaboard() -> bool:
     """LLaMA-Factory's own reading of the variable (extras/misc.py ``is_env_enabled``)."""
     if BOARD_ENV not in os.environ:  # the common case, without importing LLaMA-Factory for it
         return False
-    from ..lf.text_only import text_only_llamafactory
-
-    with text_only_llamafactory():
-        from llamafactory.extras.misc import is_env_enabled
+    from ..lf.library import is_env_enabled
 
     return is_env_enabled(BOARD_ENV)
 
@@ -133,8 +130,7 @@ def final_log_reread(
     monitor: Callable[[Any], Generator[dict, None, None]], command: str = "webui"
 ) -> Callable[[Any], Generator[dict, None, None]]:
     """``Runner.monitor`` whose last box ("Finished." above the log) holds the log as it is after the run."""
-    from llamafactory.webui.common import get_save_dir
-    from llamafactory.webui.control import get_trainer_info
+    from ..lf.library import webui_save_dir, webui_trainer_info
 
     @functools.wraps(monitor)
     def wrapped(self: Any) -> Generator[dict, None, None]:
@@ -143,13 +139,13 @@ def final_log_reread(
 
         tab = "train" if self.do_train else "eval"
         lang, do_train = get("top.lang"), self.do_train
-        output_path = get_save_dir(get("top.model_name"), get("top.finetuning_type"), get(f"{tab}.output_dir"))
+        output_path = webui_save_dir(get("top.model_name"), get("top.finetuning_type"), get(f"{tab}.output_dir"))
         box = self.manager.get_elem_by_id(f"{tab}.output_box")
         shown = None  # the running log of monitor's last read
         for update in monitor(self):
             value = update.get(box)
             if isinstance(value, str) and not self.running and shown is not None and value.endswith("\n\n" + shown):
-                fresh = get_trainer_info(lang, output_path, do_train)[0]  # the process has ended: all it wrote
+                fresh = webui_trainer_info(lang, output_path, do_train)[0]  # the process has ended: all it wrote
                 update = {**update, box: value[: len(value) - len(shown)] + fresh}
             elif isinstance(value, str) and self.running:
                 shown = value

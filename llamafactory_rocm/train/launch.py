@@ -21,9 +21,9 @@ from ..check.request import from_launch_args
 from ..check.run import Report, run_check
 from ..errors import EXIT_DIVERGED, EXIT_FINDINGS, EXIT_INTERNAL, EXIT_NODES_DISAGREE, EXIT_OK, EXIT_USAGE
 from ..findings import ACCEPT_ENV
+from ..lf.library import launch
 from ..lf.patching import Patches
 from ..lf.schema import output_dir_of
-from ..lf.text_only import text_only_llamafactory
 from .hook import CHECKED_ENV, EXIT_DIR_ENV, checked_token
 
 
@@ -57,13 +57,11 @@ def hand_over(resolved_yaml: Path) -> int:
     from .verbosity import quiet_by_default
 
     quiet_by_default()  # before LLaMA-Factory's first import: its loggers read LLAMAFACTORY_VERBOSITY once
-    with text_only_llamafactory():
-        from llamafactory import launcher
     with tempfile.TemporaryDirectory(prefix="llamafactory-rocm-exit-") as exits, Patches() as patches:
         patches.setattr(sys, "argv", ["llamafactory-cli", "train", str(resolved_yaml)])
         patches.setenv(EXIT_DIR_ENV, exits)
         try:
-            launcher.launch()
+            launch()
         except subprocess.CalledProcessError as exc:  # a torchrun child failed; it printed why
             codes = {int(p.read_text()) for p in Path(exits).iterdir() if p.read_text().strip().isdigit()}
             return next((code for code in _RANK_CODES if code in codes), exc.returncode or 1)
