@@ -84,7 +84,11 @@ def test_each_change_named_when_over_the_device_fits_when_applied():
     (over,) = memory_fit.memory_fit(config, {}, ctx).findings
     assert over.code == "MEMORY_OVER_DEVICE" and "Changes that fit, cheapest first: " in over.fix
     plan = memory_fit._plan(config, {}, ctx)
-    changes = memory_fit.fitting_changes(config, ctx, plan, memory_fit.BUDGET * plan.device_gib)
+    budget = memory_fit.BUDGET * plan.device_gib
+    batch = memory_fit.largest_fitting_batch(
+        plan.shape, plan.parameters, config, budget, 1, plan.weight_bytes, plan.built
+    )
+    changes = memory_fit.fitting_changes(config, ctx, plan, budget, batch)
     edits = [what for what, _ in changes if not what.startswith(("one ", "DeepSpeed"))]
     assert edits and edits[0].startswith("per_device_train_batch_size: ")  # the cheapest: same tokens per step
     for what in edits:

@@ -18,7 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .schema import WHOLE_RANGE, field_default
+from .schema import field_default, within_64_bits
 
 GIB = 2**30
 LINEAR_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -293,7 +293,7 @@ class TrainingShape:
             lf/schema.py): no estimate is made of it (1e30 sequences a step would be 1e27 GiB)."""
             value = get(key)
             number = int(value)
-            if (number != value and not isinstance(value, str)) or not WHOLE_RANGE[0] <= number <= WHOLE_RANGE[1]:
+            if (number != value and not isinstance(value, str)) or not within_64_bits(number):
                 raise ValueError(f"{key}: {value!r} is not a whole number within 64 bits")
             return number
 

@@ -177,7 +177,7 @@ def _judge(action: argparse.Action, key: str, value: Any) -> ValueProblem | Coer
         new = _lossless(kind, value)
         if new is None:
             return ValueProblem(key, value, expected, _works(action))
-        if kind is int and not _held(value if new is _UNCHANGED else new):
+        if kind is int and not within_64_bits(value if new is _UNCHANGED else new):
             return ValueProblem(key, value, f"{expected} {HELD}", _works(action))
         return None if new is _UNCHANGED else Coercion(key, value, new, expected)
     if not _converts(action, value):
@@ -195,7 +195,8 @@ WHOLE_RANGE = (-sys.maxsize - 1, sys.maxsize)
 HELD = f"within 64 bits ({WHOLE_RANGE[0]} to {WHOLE_RANGE[1]})"
 
 
-def _held(number: int) -> bool:
+def within_64_bits(number: int) -> bool:
+    """Whether the code that reads a whole-number field holds ``number`` (``WHOLE_RANGE``)."""
     return WHOLE_RANGE[0] <= number <= WHOLE_RANGE[1]
 
 

@@ -23,7 +23,6 @@ from ..lf.memory import (
     checkpoint_weight_bytes,
     estimate,
     largest_fitting_batch,
-    largest_that_fits,
     shape_and_count,
 )
 from ..machine.snapshot import Device
@@ -140,7 +139,7 @@ def memory_fit(config: Mapping[str, Any], env: Mapping[str, str], ctx: Context) 
         )
     batch = largest_fitting_batch(plan.shape, plan.parameters, config, budget, world, plan.weight_bytes, plan.built)
     current = int(lf_value(config, "per_device_train_batch_size", 8))
-    changes = fitting_changes(config, ctx, plan, budget)
+    changes = fitting_changes(config, ctx, plan, budget, batch)
     fix_with: dict[str, Any] = {}  # the case's values; the text is the registry's (one case a branch)
     if changes:
         case, fix_with = "changes_that_fit", {"changes": "; ".join(f"{what} ({gib:.1f} GiB)" for what, gib in changes)}
@@ -210,10 +209,14 @@ def _sharding(config: Mapping[str, Any], world: int) -> str:
     return f"world {world}, nothing sharded"
 
 
-def fitting_changes(config: Mapping[str, Any], ctx: Context, plan: _Plan, budget_gib: float) -> list[tuple[str, float]]:
+def fitting_changes(
+    config: Mapping[str, Any], ctx: Context, plan: _Plan, budget_gib: float, batch: int | None
+) -> list[tuple[str, float]]:
     """Changes to the run that bring the estimate under ``budget_gib``, each with its new estimate, in
     the order of what they cost the run: the same tokens per step in smaller batches, shorter sequences,
-    a smaller adapter, 4-bit base weights, sharding over the node's GPUs, then another GPU."""
+    a smaller adapter, 4-bit base weights, sharding over the node's GPUs, then another GPU. ``batch``: the
+    largest batch that fits (``largest_fitting_batch``; the configured one does not, so it is smaller), searched
+    once by the caller."""
     train = plan.train
     found: list[tuple[str, float]] = []
 
@@ -227,7 +230,6 @@ def fitting_changes(config: Mapping[str, Any], ctx: Context, plan: _Plan, budget
 
     accumulation = int(lf_value(config, "gradient_accumulation_steps", 1))
     # the largest smaller batch that fits (trainer: tokens per step = batch x accumulation)
-    batch = largest_that_fits(lambda n: plan.total(replace(train, batch=n)) <= budget_gib, train.batch - 1)
     if batch is not None:
         steps = math.ceil(train.batch * accumulation / batch)
         what = f"per_device_train_batch_size: {batch} with gradient_accumulation_steps: {steps}"
