@@ -158,3 +158,18 @@ def test_the_twin_keeps_the_layers_the_head_ratio_and_the_experts(shape: str) ->
         real, small = AutoModelForCausalLM.from_config(config), AutoModelForCausalLM.from_config(twin)
     assert [n for n, _ in real.named_modules()] == [n for n, _ in small.named_modules()]
     assert sum(p.numel() for p in small.parameters()) < 0.01 * sum(p.numel() for p in real.parameters())
+
+
+def test_a_forecast_only_check_skips_step_1_and_says_so(tiny_model: Path, tmp_path: Path, monkeypatch) -> None:
+    """presets list --forecast shows each preset's forecast only (cli/presets_cmd.py): its checks skip step 1 on the
+    twin and say why; the same config checked plainly runs it."""
+    from llamafactory_rocm.lf.dry_step import FORECAST_ONLY, forecast_only
+
+    monkeypatch.chdir(tmp_path)
+    config = _config(tiny_model, tmp_path / "out", {})
+    with forecast_only():
+        skipped = check_config(config, plan_without_gpu=False).findings
+    assert "FIRST_STEP_RAN" not in {f.code for f in skipped}
+    assert any(f.code == "DRY_RUN_NOT_CHECKED" and FORECAST_ONLY in f.message for f in skipped), skipped
+    ran = check_config(config, plan_without_gpu=False).findings
+    assert "FIRST_STEP_RAN" in {f.code for f in ran}, [f.line() for f in ran]

@@ -105,14 +105,16 @@ def forecast_table(infos: list[presets.PresetInfo], forecasts: dict[str, dict]) 
 
 
 def preset_forecast(preset: presets.PresetEntry) -> dict:
-    """``check --forecast`` of the preset on its target card and world (its GPUs as nodes of up to 8), as JSON."""
+    """``check --forecast`` of the preset on its target card and world (its GPUs as nodes of up to 8), as JSON;
+    without step 1 on the twin, whose findings the list does not show (``check PRESET`` runs it)."""
     from ..check.run import check_config
     from ..forecast.flops import requested
+    from ..lf.dry_step import forecast_only
     from ..rules.memory_fit import NODE_GPUS
 
     nodes = -(-preset.gpus // NODE_GPUS)
     world = {"NNODES": str(nodes), "NPROC_PER_NODE": str(preset.gpus // nodes)}
-    with requested():
+    with requested(), forecast_only():  # the list shows the forecast only: step 1 on the twin is not run
         report = check_config(presets.load(preset.name), gpu=preset.gpu, env=world)
     if report.forecast is None:
         errors = [f.line() for f in report.findings if f.level.value == "error"]

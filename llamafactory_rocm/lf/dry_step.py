@@ -20,12 +20,15 @@ A failure before the trainer is built (the twin's own load) is "not checked", ne
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import os
 import select
 import signal
 import time
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,6 +55,19 @@ STAGES = ("pt", "sft", "rm", "dpo", "kto")
 # torchrun's variables (the rank view sets them: check/rank.py), left behind by the twin's one process
 DISTRIBUTED_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK")
 DISTRIBUTED_ENV += ("ROLE_WORLD_SIZE", "GROUP_WORLD_SIZE", "TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT")
+# False where only the forecast is asked for (presets list --forecast): what step 1 finds is not shown there
+_RUN_FIRST_STEP: contextvars.ContextVar[bool] = contextvars.ContextVar("run_first_step", default=True)
+FORECAST_ONLY = "only the forecast was asked for (presets list --forecast)"
+
+
+@contextlib.contextmanager
+def forecast_only() -> Iterator[None]:
+    """The checks made here give a forecast, not a verdict: step 1 on the twin is skipped (said as such)."""
+    token = _RUN_FIRST_STEP.set(False)
+    try:
+        yield
+    finally:
+        _RUN_FIRST_STEP.reset(token)
 
 
 @dataclass
@@ -74,7 +90,8 @@ def first_step(launch: Launch) -> None:
         if launch.planned:
             run.skip(WHAT, "an earlier step stops the run here")
         return
-    reason = _cannot_run(launch)
+    reason = None if _RUN_FIRST_STEP.get() else FORECAST_ONLY
+    reason = reason or _cannot_run(launch)
     if reason:
         run.skip(WHAT, reason)
         return
