@@ -62,6 +62,18 @@ CONFIGS: dict[str, dict] = {
         per_device_train_batch_size=2, gradient_accumulation_steps=3, max_steps=30, cutoff_len=512, save_steps=10
     ),
     "packing": dict(per_device_train_batch_size=2, cutoff_len=512, packing=True, num_train_epochs=2.0),
+    # an evaluation of 40 held-out rows every 10 steps (issue 50: the real run spent 13-15% of its time there)
+    "eval-every-10": dict(
+        per_device_train_batch_size=4,
+        cutoff_len=256,
+        max_steps=40,
+        max_samples=200,
+        val_size=0.2,
+        eval_strategy="steps",
+        eval_steps=10,
+        per_device_eval_batch_size=4,
+    ),
+    "streaming-steps": dict(per_device_train_batch_size=4, cutoff_len=256, streaming=True, max_steps=30),
 }
 # the configs the first's achieved rate forecasts: (name, overrides)
 CROSS: dict[str, dict] = {

@@ -20,12 +20,16 @@ from tests.stock_runner import hook_off_env, run_alone
 pytestmark = pytest.mark.trainer
 
 
-def test_measure_runs_the_trainer_and_counts_the_stock_runs_steps_and_saves(tiny_model: Path, tmp_path: Path):
+def test_measure_runs_the_trainer_and_counts_the_stock_runs_steps_saves_and_evaluations(tiny_model: Path, tmp_path):
     output_dir = tmp_path / "my-run"
     output_dir.mkdir()
     (output_dir / "keep.txt").write_text("the user's")
-    # 7 steps, a checkpoint every 3: transformers saves at 3, 6 and at the end (7)
-    run = tiny_train_config(tiny_model, output_dir, max_steps=7, save_steps=3, logging_steps=5)
+    # 7 steps, a checkpoint every 3: transformers saves at 3, 6 and at the end (7); an evaluation every 2 steps of
+    # a quarter of the rows held out: at 2, 4, 6 and at the end (7)
+    run = tiny_train_config(
+        tiny_model, output_dir, max_steps=7, save_steps=3, logging_steps=5, val_size=0.25, eval_strategy="steps",
+        eval_steps=2, per_device_eval_batch_size=4,
+    )  # fmt: skip
     config = tmp_path / "run.yaml"
     config.write_text(yaml.safe_dump(run))
     scratch = tmp_path / "tmp"
@@ -49,7 +53,14 @@ def test_measure_runs_the_trainer_and_counts_the_stock_runs_steps_and_saves(tiny
     state = json.loads((stock_dir / "trainer_state.json").read_text())
     assert measured["run_steps"] == forecast["work"]["steps"] == state["global_step"] == 7
     assert measured["run_saves"] == len(list(stock_dir.glob("checkpoint-*"))) == 3
-    assert measured["run_evaluations"] == 0
+    evaluations = [entry for entry in state["log_history"] if "eval_runtime" in entry]
+    assert measured["run_evaluations"] == len(evaluations) == 4
+    # an evaluation costs what the run spends on it: at least transformers' own eval_runtime of the measure's
+    # evaluation (its loop), which it holds, and not a log line's time (the 0.002 s it was given before)
+    stock_runtime = sorted(entry["eval_runtime"] for entry in evaluations)[len(evaluations) // 2]
+    assert measured["evaluate_seconds"] >= measured["eval_runtime_seconds"] > 0, measured
+    assert measured["evaluate_seconds"] > stock_runtime / 4, (measured["evaluate_seconds"], stock_runtime)
+    assert any(text.startswith("4 evaluation(s) x ") for text, _ in measured["run_seconds_parts"])
     # the shapes are one real batch of the run at all its rows, at its first row, and its rows end to end
     shapes = {(kind, rows, length) for kind, rows, length, _ in measured["shapes"]}
     length = next(length for kind, _, length in shapes if kind == "batch")

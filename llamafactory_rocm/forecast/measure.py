@@ -60,6 +60,7 @@ _MEASURING_RUN = {
     "include_num_input_tokens_seen": True,
 }
 _DROPPED = ("resume_from_checkpoint", "hub_model_id")
+EVAL_LOG = "eval_log"  # the clock's name for the log line of an evaluation's metrics
 _CHILD_ENV_DROPPED = ("FORCE_TORCHRUN", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LLAMAFACTORY_ROCM_CHECKED")
 # forward + backward passes timed at each of the two shapes after the trainer's steps (their median is taken)
 _SHAPE_PASSES = 2
@@ -83,6 +84,7 @@ class StepTimes:
     run_events: Mapping[str, int] = field(default_factory=dict)
     cpu_share: float | None = None  # process CPU seconds / wall seconds over the timed steps (CPU devices)
     micro_batches: tuple[int, ...] = ()  # the forward + backward passes of each step, in order
+    eval_runtimes: tuple[float, ...] = ()  # transformers' own eval_runtime of each evaluation (its loop only)
 
     @property
     def timed(self) -> tuple[float, ...]:
@@ -95,8 +97,18 @@ class StepTimes:
         return tuple(b - a for a, b in zip(self.tokens_seen, self.tokens_seen[1:], strict=False))
 
     def durations(self, name: str) -> list[float]:
-        """Seconds each ``name`` event took: from the event before it (a save's is the checkpoint written)."""
-        return [t - self.events[i - 1][1] for i, (n, t) in enumerate(self.events) if n == name and i > 0]
+        """Seconds each ``name`` event took: from the event before it (a save's is the checkpoint written). An
+        evaluation logs its metrics before ``on_evaluate`` (transformers' ``Trainer.evaluate``): its time runs
+        from the event before that log line, so it holds the eval dataloader, the loop and the metrics."""
+        found = []
+        for i, (event, at) in enumerate(self.events):
+            if event != name or i == 0:
+                continue
+            before = i - 1
+            while before > 0 and self.events[before][0] == EVAL_LOG:
+                before -= 1
+            found.append(at - self.events[before][1])
+        return found
 
     def epoch_start(self) -> float | None:
         """What starting an epoch costs beyond a step's usual batch fetch: from ``on_epoch_begin`` to the first
@@ -175,6 +187,7 @@ def run_steps(
             run_events=clock["run_events"],
             cpu_share=clock["cpu_share"],
             micro_batches=tuple(clock["micro_batches"]),
+            eval_runtimes=tuple(clock["eval_runtimes"]),
         )
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -338,6 +351,8 @@ def measured_forecast(forecast: Any, times: StepTimes, steps_asked: int) -> dict
         if count and seen:
             each = statistics.median(seen)
             result[f"{event}_seconds"] = each
+            if event == "evaluate" and times.eval_runtimes:  # transformers' own figure, its loop only
+                result["eval_runtime_seconds"] = statistics.median(times.eval_runtimes)
             parts.append((f"{count} {said}(s) x {each:.2g} s", count * each))
     epoch_start = times.epoch_start()
     if epoch_start is not None and forecast.work.epochs > 1:
@@ -595,6 +610,7 @@ def _child(config_file: str, clock_file: str) -> None:
             self.shapes_why: str | None = None
             self.run_events: dict[str, int] = {}
             self.micro_batches: list[int] = []
+            self.eval_runtimes: list[float] = []
             self.substeps = 0
 
         def _event(self, name: str) -> float:
@@ -604,6 +620,14 @@ def _child(config_file: str, clock_file: str) -> None:
             return now
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if run:  # before the clock starts: counting a long run's events takes a while
+                self.run_events = run_events(args, int(run["steps"]), int(run["epochs"]))
+                if self.run_events["evaluations"]:
+                    # the real run evaluates: the measure does so once, after its last step, outside the timed
+                    # steps (its own eval_steps would put one between them, or none within the measured steps)
+                    from transformers.trainer_utils import IntervalStrategy
+
+                    args.eval_strategy, args.eval_delay, state.eval_steps = IntervalStrategy.STEPS, 0, state.max_steps
             self.begin = self._event("begin")
 
         def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -623,10 +647,14 @@ def _child(config_file: str, clock_file: str) -> None:
             self.substeps = 0
 
         def on_log(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            self._event("log")
+            evaluation = any(str(key).startswith("eval_") for key in kwargs.get("logs") or {})
+            self._event(EVAL_LOG if evaluation else "log")
 
         def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             self._event("evaluate")
+            runtime = (kwargs.get("metrics") or {}).get("eval_runtime")
+            if runtime is not None:
+                self.eval_runtimes.append(float(runtime))
 
         def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             self._event("save")
@@ -642,8 +670,6 @@ def _child(config_file: str, clock_file: str) -> None:
                 self.shapes, self.shapes_why = _shapes(kwargs["model"], kwargs["train_dataloader"])
             except Exception as exc:
                 self.shapes_why = f"the shapes could not be run: {type(exc).__name__}: {exc}"[:300]
-            if run:
-                self.run_events = run_events(args, int(run["steps"]), int(run["epochs"]))
 
     from ..lf.library import run_exp
 
@@ -664,6 +690,7 @@ def _child(config_file: str, clock_file: str) -> None:
                 "run_events": clock.run_events,
                 "cpu_share": (clock.cpu[-1] - clock.cpu[0]) / wall if wall > 0 else None,
                 "micro_batches": clock.micro_batches,
+                "eval_runtimes": clock.eval_runtimes,
             }
         ),
         encoding="utf-8",
