@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import gc
 import json
 import os
 import select
@@ -96,6 +97,10 @@ def first_step(launch: Launch) -> None:
         run.skip(WHAT, reason)
         return
     plan = twin_plan(launch)
+    # LLaMA-Factory's workflows (their import: ~0.5 s, matplotlib's most of it) once in this process, not in
+    # every child: a process that checks many configs (presets list, LlamaBoard, the tests) pays it once
+    from llamafactory.train import tuner  # noqa: F401
+
     start = time.perf_counter()
     result = _forked(lambda: _child(launch, plan), TIMEOUT_S)
     seconds = time.perf_counter() - start
@@ -352,6 +357,9 @@ def _forked(work: Any, timeout: float) -> dict[str, Any]:
     pid = os.fork()
     if pid == 0:  # the child: never returns
         status = 0
+        # what the parent holds is never freed here: gc's full collections (accelerate's free_memory at train
+        # start makes one: ~0.4 s over a checking process's heap) skip it
+        gc.freeze()
         try:
             os.close(read)
             log = os.environ.get("LLAMAFACTORY_ROCM_STEP_LOG")  # the child's output, for debugging the step
