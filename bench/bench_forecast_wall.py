@@ -73,7 +73,9 @@ CONFIGS: dict[str, dict] = {
         eval_steps=10,
         per_device_eval_batch_size=4,
     ),
-    "streaming-steps": dict(per_device_train_batch_size=4, cutoff_len=256, streaming=True, max_steps=30),
+    "streaming-steps": dict(
+        per_device_train_batch_size=4, cutoff_len=256, streaming=True, max_steps=30, dataloader_num_workers=1
+    ),
 }
 # the configs the first's achieved rate forecasts: (name, overrides)
 CROSS: dict[str, dict] = {

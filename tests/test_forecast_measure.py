@@ -60,7 +60,10 @@ def test_measure_runs_the_trainer_and_counts_the_stock_runs_steps_saves_and_eval
     stock_runtime = sorted(entry["eval_runtime"] for entry in evaluations)[len(evaluations) // 2]
     assert measured["evaluate_seconds"] >= measured["eval_runtime_seconds"] > 0, measured
     assert measured["evaluate_seconds"] > stock_runtime / 4, (measured["evaluate_seconds"], stock_runtime)
-    assert any(text.startswith("4 evaluation(s) x ") for text, _ in measured["run_seconds_parts"])
+    # the first evaluation (its dataloader, the eval shapes' first passes) apart from the 3 later ones
+    assert measured["first_evaluate_seconds"] > 0, measured
+    said = [text for text, _ in measured["run_seconds_parts"] if "evaluation" in text]
+    assert len(said) == 1 and said[0].startswith("4 evaluation(s): the first ") and ", 3 x " in said[0], said
     # the shapes are one real batch of the run at all its rows, at its first row, and its rows end to end
     shapes = {(kind, rows, length) for kind, rows, length, _ in measured["shapes"]}
     length = next(length for kind, _, length in shapes if kind == "batch")
