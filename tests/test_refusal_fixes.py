@@ -45,65 +45,15 @@ def _finished_run(out: Path) -> None:
     (out / CHECKPOINT_FILE).write_bytes(b"trained")
 
 
-# trigger id -> (changes to the working config, the code check says it with, the case of its fix, a builder)
-TRIGGERS: dict[str, tuple[dict[str, Any], str]] = {
-    "predict_with_generate except sft": ({"stage": "pt", "predict_with_generate": True}, "LLAMAFACTORY_REFUSED"),
-    "neat_packing except sft": ({"stage": "pt", "neat_packing": True}, "LLAMAFACTORY_REFUSED"),
-    "train_on_prompt except sft": ({"stage": "pt", "train_on_prompt": True}, "LLAMAFACTORY_REFUSED"),
-    "do_predict without generation": ({"do_predict": True, "val_size": 0.1}, "LLAMAFACTORY_REFUSED"),
-    "streaming without max_steps": (
-        {"streaming": True, "max_steps": -1, "max_samples": DELETE},
-        "LLAMAFACTORY_REFUSED",
-    ),
-    "no dataset": ({"dataset": DELETE}, "LLAMAFACTORY_REFUSED"),
-    "evaluation without data": ({"do_eval": True}, "LLAMAFACTORY_REFUSED"),
-    "generation with accuracy": (
-        {"predict_with_generate": True, "compute_accuracy": True, "val_size": 0.1},
-        "LLAMAFACTORY_REFUSED",
-    ),
-    "pure_bf16 device": ({"pure_bf16": True}, "LLAMAFACTORY_REFUSED"),
-    "only available for API, CLI and Web": ({"infer_backend": "vllm"}, "LLAMAFACTORY_REFUSED"),
-    "adapter needs lora": ({"finetuning_type": "freeze", "adapter_name_or_path": "an-adapter"}, "LLAMAFACTORY_REFUSED"),
-    "quantization needs lora": ({"finetuning_type": "full", "quantization_bit": 4}, "LLAMAFACTORY_REFUSED"),
-    "quantized resize_vocab": ({"quantization_bit": 4, "resize_vocab": True}, "LLAMAFACTORY_REFUSED"),
-    "quantized device map": ({"quantization_bit": 4, "quantization_device_map": "auto"}, "LLAMAFACTORY_REFUSED"),
-    # the user trained a full reward model: the fix fills in its folder (the tiny model)
-    "reward model for ppo": ({"stage": "ppo", "reward_model_type": "full"}, "LLAMAFACTORY_REFUSED"),
-    # a full policy cannot take a LoRA reward model: the fix names reward_model_type: full with the folder
-    "reward model for ppo, a full policy": ({"stage": "ppo", "finetuning_type": "full"}, "LLAMAFACTORY_REFUSED"),
-    "dpo label smoothing": ({"stage": "dpo", "pref_loss": "ipo", "dpo_label_smoothing": 0.1}, "LLAMAFACTORY_REFUSED"),
-    "llama pro full": ({"finetuning_type": "full", "use_llama_pro": True}, "LLAMAFACTORY_REFUSED"),
-    "lora with galore apollo badam": ({"use_galore": True}, "LLAMAFACTORY_REFUSED"),
-    "galore apollo badam together": (
-        {"finetuning_type": "full", "use_galore": True, "use_apollo": True},
-        "LLAMAFACTORY_REFUSED",
-    ),
-    "lora-only option": ({"finetuning_type": "freeze", "use_dora": True}, "LLAMAFACTORY_REFUSED"),
-    "val_size with eval_dataset": ({"val_size": 0.1, "eval_dataset": "amd_finetune_qa"}, "LLAMAFACTORY_REFUSED"),
-    "interleave_probs with concat": ({"interleave_probs": "1.0"}, "LLAMAFACTORY_REFUSED"),
-    "streaming max_samples": ({"streaming": True, "max_steps": 1}, "LLAMAFACTORY_REFUSED"),
-    "mask_history with train_on_prompt": ({"mask_history": True, "train_on_prompt": True}, "LLAMAFACTORY_REFUSED"),
-    "no model": ({"model_name_or_path": DELETE}, "LLAMAFACTORY_REFUSED"),
-    "logging_steps zero": ({"logging_steps": 0}, "LLAMAFACTORY_REFUSED"),
-    "steps not whole": ({"save_steps": 2.5}, "LLAMAFACTORY_REFUSED"),
-    "best model strategies": (
-        {"load_best_model_at_end": True, "eval_strategy": "steps", "save_strategy": "epoch", "val_size": 0.1},
-        "LLAMAFACTORY_REFUSED",
-    ),
-    "best model steps": (
-        {"load_best_model_at_end": True, "eval_strategy": "steps", "eval_steps": 3, "save_steps": 4, "val_size": 0.1},
-        "LLAMAFACTORY_REFUSED",
-    ),
-    "scheduler needs evaluation": ({"lr_scheduler_type": "reduce_lr_on_plateau"}, "LLAMAFACTORY_REFUSED"),
-    "prefetch without workers": ({"dataloader_prefetch_factor": 2}, "LLAMAFACTORY_REFUSED"),
-    "not a valid choice": ({"lr_scheduler_type": "wavy"}, "LLAMAFACTORY_REFUSED"),
-    "finetuning_type": ({"finetuning_type": "qlora"}, "LLAMAFACTORY_REFUSED"),
-    "output_dir holds a finished run": ({"__build__": _finished_run}, "LLAMAFACTORY_REFUSED"),
+# Each cause's triggers come from its own entry (lf/causes.json "triggers": changes to the tiny config, null
+# removing a key); a trigger that needs a file the changes cannot make has it built here, by the cause's case.
+BUILDERS = {"output_dir holds a finished run": _finished_run}
+TRIGGERS: dict[str, tuple[Any, dict[str, Any]]] = {
+    pattern.case + (f" #{n + 1}" if n else ""): (pattern, changes)
+    for entries in patterns().values()
+    for pattern in entries
+    for n, changes in enumerate(pattern.triggers)
 }
-
-
-# a trigger id -> the cause it is a second trigger of
-SAME_CAUSE = {"reward model for ppo, a full policy": "reward model for ppo"}
 # LLaMA-Factory's words for a package this machine lacks (its check_version, transformers' require_version)
 PACKAGE_NOT_HERE = "distribution was not found and is required"
 
@@ -111,9 +61,7 @@ PACKAGE_NOT_HERE = "distribution was not found and is required"
 def _config(model: Path, out: Path, changes: dict[str, Any]) -> dict[str, Any]:
     config = tiny_train_config(model, out, max_steps=1, max_samples=8, cutoff_len=64, plot_loss=False)
     for key, value in changes.items():
-        if key == "__build__":
-            value(out)
-        elif value is DELETE:
+        if value is DELETE or value is None:
             config.pop(key, None)
         else:
             config[key] = value
@@ -164,12 +112,15 @@ def applied(config: dict[str, Any], remedy: dict[str, Any], working: dict[str, A
 
 @pytest.mark.parametrize("case", sorted(TRIGGERS))
 def test_the_fix_passes_the_stock_parser(case: str, tiny_model: Path, tmp_path: Path, monkeypatch) -> None:
-    changes, code = TRIGGERS[case]
+    pattern, changes = TRIGGERS[case]
+    code = pattern.code
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "out"
     working = _config(tiny_model, tmp_path / "unused", {})
     config = _config(tiny_model, out, changes)
-    if SAME_CAUSE.get(case, case) == "reward model for ppo":
+    if pattern.case in BUILDERS:
+        BUILDERS[pattern.case](out)
+    if pattern.case == "reward model for ppo":
         working["reward_model"] = str(tiny_model)
     words = stock_parser_words(config)
     assert words is not None, f"the stock parser accepts the trigger of {case!r}: the trigger is wrong"
@@ -178,8 +129,7 @@ def test_the_fix_passes_the_stock_parser(case: str, tiny_model: Path, tmp_path: 
     assert errors, f"check accepts what LLaMA-Factory refuses ({words})"
     first = errors[0]
     assert first.code == code, f"the first error is {first.code}, LLaMA-Factory stops on: {words}"
-    cause = SAME_CAUSE.get(case, case)
-    assert cause_of(code, words, config).case == cause, f"{case!r}: the words {words!r} chose another fix"
+    assert cause_of(code, words, config).case == pattern.case, f"{case!r}: the words {words!r} chose another fix"
     assert first.remedy, f"{case}: no key change in the fix ({first.fix})"
     fixed = applied(config, first.remedy, working)
     again = stock_parser_words(fixed)
@@ -199,7 +149,8 @@ def test_a_finished_run_is_never_deleted_by_the_fix(tiny_model: Path, tmp_path: 
     """The fix of a folder that holds a trained model writes elsewhere and says what overwrite would replace."""
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "out"
-    config = _config(tiny_model, out, {"__build__": _finished_run})
+    config = _config(tiny_model, out, {})
+    _finished_run(out)
     first = next(f for f in check_config(config, plan_without_gpu=False).findings if f.level is Level.ERROR)
     assert first.remedy == {"output_dir": str(tmp_path / "out-2")}
     assert "remove" not in first.fix.lower() and "replace that trained model" in first.fix
@@ -314,6 +265,22 @@ def test_each_cause_has_its_fix_in_the_registry() -> None:
         for entry in entries:
             assert entry.case in fix, f"{code}: cause {entry.case!r} has no fix case"
         assert {"other", "named keys"} <= set(fix) or code != "LLAMAFACTORY_REFUSED"
+
+
+def test_each_computed_value_is_named_by_a_cause_and_a_wrong_name_is_refused_when_read(monkeypatch) -> None:
+    """A cause's computed values are named by its entry (lf/causes.json "values"): none is left unnamed, and an
+    entry naming a function that is not there stops the causes from loading, naming the entry."""
+    from llamafactory_rocm.lf import causes
+
+    named = {p.values for entries in patterns().values() for p in entries if p.values}
+    assert named == set(causes.COMPUTED)
+    monkeypatch.setattr(causes, "COMPUTED", {k: v for k, v in causes.COMPUTED.items() if k != "even_probs"})
+    causes.patterns.cache_clear()
+    try:
+        with pytest.raises(ValueError, match=r"interleave probabilities.*even_probs"):
+            causes.patterns()
+    finally:
+        causes.patterns.cache_clear()
 
 
 def test_words_that_name_a_key_get_that_key_and_its_default() -> None:

@@ -17,7 +17,7 @@ import difflib
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
@@ -39,6 +39,10 @@ class Pattern:
     remedy: Mapping[str, Any] | None
     source: str
     command_only: bool = False  # only where the command is not train (the keys of another command)
+    values: str | None = None  # the name in COMPUTED of what its fix is filled with beyond the words' groups
+    # changes to the tests' tiny training config that make stock LLaMA-Factory say these words (null removes a
+    # key): tests/test_refusal_fixes.py runs each, then the remedy, through the stock parser
+    triggers: tuple[Mapping[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -72,12 +76,21 @@ def patterns() -> dict[str, tuple[Pattern, ...]]:
                 remedy=entry["remedy"],
                 source=entry["source"],
                 command_only=entry.get("command_only", False),
+                values=_computed_name(code, entry),
+                triggers=tuple(entry.get("triggers", ())),
             )
             for entry in entries
         )
         for code, entries in raw.items()
         if code != "about"
     }
+
+
+def _computed_name(code: str, entry: Mapping[str, Any]) -> str | None:
+    name = entry.get("values")
+    if name is not None and name not in COMPUTED:
+        raise ValueError(f"{code} {entry['case']!r}: values {name!r} is not in lf/causes.py COMPUTED")
+    return name
 
 
 def cause_of(
@@ -148,29 +161,8 @@ def _values(pattern: Pattern, groups: Mapping[str, str], config: Mapping[str, An
         values["freeze_key"] = "freeze_extra_modules" if extra else "freeze_trainable_modules"
         values["key"] = values["freeze_key"]
         values.update(_freeze_modules(values["freeze_key"], str(groups["module"]), values["choices"], config))
-    output_dir = config.get("output_dir")
-    if output_dir and pattern.case == "output_dir holds a finished run":
-        values.update(output_dir=output_dir, free_output_dir=free_folder(str(output_dir)))
-    if pattern.case == "streaming val_size":
-        values["val_size_rows"] = max(1, int(float(config.get("val_size", 0)) * 1000))  # a whole number of rows
-    if pattern.case == "eval_steps zero":
-        values["save_steps"] = config.get("save_steps") or 500
-    if pattern.case == "best model strategies":
-        values["eval_strategy"] = config.get("eval_strategy", "no")
-    if pattern.case == "best model steps":
-        eval_steps = float(config.get("eval_steps") or 1)
-        save_steps = float(config.get("save_steps") or eval_steps)
-        values["eval_steps_multiple"] = _round_multiple(save_steps, eval_steps)
-    if pattern.case == "reward model for ppo":
-        values["reward_model_type"] = _reward_model_type(config)
-    if pattern.case == "not one name":
-        template = config.get("template")
-        values["first_template"] = template[0] if isinstance(template, list) and template else "llama3"
-    if pattern.case == "interleave probabilities":
-        names = [n for n in str(config.get("dataset", "")).split(",") if n.strip()]
-        values["even_probs"] = ",".join([f"{1 / max(len(names), 1):.4g}"] * max(len(names), 1))
-    if pattern.case in _CASE_VALUES:
-        values.update(_CASE_VALUES[pattern.case](groups, config))
+    if pattern.values is not None:  # the entry's computed values (lf/causes.json "values": a COMPUTED name)
+        values.update(COMPUTED[pattern.values](groups, config))
     present = [key for key in pattern.keys if key in config]
     if present:
         values.setdefault("key", present[0])
@@ -335,15 +327,59 @@ def _split_values(groups: Mapping[str, str], config: Mapping[str, Any]) -> dict[
     return {"datasets": ", ".join(names) or "the dataset", "splits": splits, "first_split": splits.split(",")[0]}
 
 
-_CASE_VALUES = {
-    "split the data lacks": _split_values,
-    "media on a text-only model": _media_values,
+def _free_output_dir(groups: Mapping[str, str], config: Mapping[str, Any]) -> dict[str, Any]:
+    output_dir = config.get("output_dir")
+    return {"output_dir": output_dir, "free_output_dir": free_folder(str(output_dir))} if output_dir else {}
+
+
+def _val_size_rows(groups: Mapping[str, str], config: Mapping[str, Any]) -> dict[str, Any]:
+    return {"val_size_rows": max(1, int(float(config.get("val_size", 0)) * 1000))}  # a whole number of rows
+
+
+def _save_steps_kept(groups: Mapping[str, str], config: Mapping[str, Any]) -> dict[str, Any]:
+    return {"save_steps": config.get("save_steps") or 500}
+
+
+def _eval_strategy_now(groups: Mapping[str, str], config: Mapping[str, Any]) -> dict[str, Any]:
+    return {"eval_strategy": config.get("eval_strategy", "no")}
+
+
+def _eval_steps_multiple(groups: Mapping[str, str], config: Mapping[str, Any]) -> dict[str, Any]:
+    eval_steps = float(config.get("eval_steps") or 1)
+    save_steps = float(config.get("save_steps") or eval_steps)
+    return {"eval_steps_multiple": _round_multiple(save_steps, eval_steps)}
+
+
+def _first_template(groups: Mapping[str, str], config: Mapping[str, Any]) -> dict[str, Any]:
+    template = config.get("template")
+    return {"first_template": template[0] if isinstance(template, list) and template else "llama3"}
+
+
+def _even_probs(groups: Mapping[str, str], config: Mapping[str, Any]) -> dict[str, Any]:
+    names = [n for n in str(config.get("dataset", "")).split(",") if n.strip()]
+    return {"even_probs": ",".join([f"{1 / max(len(names), 1):.4g}"] * max(len(names), 1))}
+
+
+# What a cause's fix is filled with beyond its words' groups, computed from the config: named by the entry's
+# "values" in lf/causes.json (a name here, checked when the file is read; tests/test_refusal_fixes.py: each is
+# named by an entry).
+COMPUTED: dict[str, Callable[[Mapping[str, str], Mapping[str, Any]], dict[str, Any]]] = {
+    "split_values": _split_values,
+    "media_values": _media_values,
     "optim_args": _optim_args,
-    "accelerator_config key": _accelerator_config,
-    "oft rank and block size": _oft_values,
-    "tool format": _tool_format,
-    "mix strategy": _mix_strategy,
-    "run too long to time": _run_length,
+    "accelerator_config": _accelerator_config,
+    "oft_values": _oft_values,
+    "tool_format": _tool_format,
+    "mix_strategy": _mix_strategy,
+    "run_length": _run_length,
+    "free_output_dir": _free_output_dir,
+    "val_size_rows": _val_size_rows,
+    "save_steps_kept": _save_steps_kept,
+    "eval_strategy_now": _eval_strategy_now,
+    "eval_steps_multiple": _eval_steps_multiple,
+    "reward_model_type": lambda groups, config: {"reward_model_type": _reward_model_type(config)},
+    "first_template": _first_template,
+    "even_probs": _even_probs,
 }
 
 
