@@ -9,7 +9,7 @@ from typing import Any
 
 from ..console import duration
 from ..findings import Level
-from ..forecast.answer import answer_line
+from ..forecast.answer import answer_line, at_least, hours_span, seconds_span, usd_span
 from ..forecast.cards import peak_kind
 from ..machine.snapshot import Snapshot
 from ..rules.memory_fit import BUDGET
@@ -77,10 +77,6 @@ def report_text(report: Report) -> str:
     return "\n".join(lines)
 
 
-def _duration(hours: float) -> str:
-    return duration(hours * 3600)
-
-
 def forecast_lines(f: Any) -> list[str]:
     """The forecast block (check --forecast, forecast/run.py Forecast or NoForecast), all its lines said here:
     each figure with where it comes from."""
@@ -132,16 +128,16 @@ def forecast_lines(f: Any) -> list[str]:
     if f.hours is not None and f.fraction is not None:
         fr = f.fraction
         lines.append(
-            f"  time: {_duration(f.hours[0])} to {_duration(f.hours[1])} at {fr['fraction_low']:.0%}-"
+            f"  time: {hours_span(f.hours)} at {fr['fraction_low']:.0%}-"
             f"{fr['fraction_high']:.0%} of peak ({fr['label']}, {fr['date']}; docs/forecast.md#achieved)"
         )
     elif f.hours_at_peak is not None:
-        lines.append(f"  time: at least {_duration(f.hours_at_peak)} (at 100% of peak: no measured fraction)")
+        lines.append(f"  time: {at_least(f.hours_at_peak)} (at 100% of peak: no measured fraction)")
     if f.cost is not None and f.price is not None:
         p = f.price
         rate = f"${p['low']:g}" if p["low"] == p["high"] else f"${p['low']:g}-{p['high']:g}"
         said = f"{p.get('label', p['source'])}, {p['date']}" if p.get("date") else p["source"]
-        lines.append(f"  cost: ${f.cost[0]:,.2f} to ${f.cost[1]:,.2f} at {rate} per GPU-hour ({said})")
+        lines.append(f"  cost: {usd_span(f.cost)} at {rate} per GPU-hour ({said})")
     if f.measured is not None:  # check --measure
         lines.extend(measured_lines(f.measured))
     if f.carried is not None:  # check --rate-from FILE
@@ -184,7 +180,7 @@ def measured_lines(measured: Mapping[str, Any]) -> list[str]:
         else ""
     )
     lines.append(
-        f"  uncertain: {duration(low)} to {duration(high)} at the fastest and the slowest timed step{loaded}; a run "
+        f"  uncertain: {seconds_span(low, high)} at the fastest and the slowest timed step{loaded}; a run "
         "that meets another load on this machine takes longer or shorter"
     )
     if measured.get("model_why") and measured.get("model") == "seconds a step":  # carried as they are
@@ -207,9 +203,9 @@ def card_lines(rows: list[dict], peak_gib: float | None, gpus: int) -> list[str]
     for row in rows:
         fits = {True: "fits", False: "does not fit", None: "fit unknown"}[row["fits"]]
         if row["hours"]:
-            time = f"{_duration(row['hours'][0])} to {_duration(row['hours'][1])}"
+            time = hours_span(row["hours"])
         elif row["hours_at_peak"]:
-            time = f"at least {_duration(row['hours_at_peak'])} (100% of peak, no measured fraction)"
+            time = f"{at_least(row['hours_at_peak'])} (100% of peak, no measured fraction)"
         else:
             # "no peak dense bf16 figure for mi50 (none published by AMD: <source>)": the reason, not the source
             head, _, reason = row["why_no_time"].removeprefix("time not forecast: ").partition(" (")
@@ -217,8 +213,7 @@ def card_lines(rows: list[dict], peak_gib: float | None, gpus: int) -> list[str]
             time = f"no time: {head}" + (f" ({reason})" if reason else "")
         cost = ""
         if row["cost_usd"]:
-            low, high = row["cost_usd"]
-            span = f"${low:,.2f} to ${high:,.2f}" if row["hours"] else f"at least ${low:,.2f}"
+            span = usd_span(row["cost_usd"], banded=bool(row["hours"]))
             cost = f", {span}" + (f" ({row['price']['date']})" if row["price"].get("date") else "")
         lines.append(f"    {row['card']:14} {row['memory_gib']:>6g} GiB  {fits:12}  {time}{cost}")
     return lines
@@ -235,13 +230,13 @@ def faster_lines(changes: list[dict[str, Any]]) -> list[str]:
             lines.append(f"    {what}: forecast it with `{change['forecast_with']}` (LLaMA-Factory's packing)")
             continue
         if change["hours"]:
-            time = f"at most {_duration(change['hours'][0])} to {_duration(change['hours'][1])}"
+            time = f"at most {hours_span(change['hours'])}"
         elif change["hours_at_peak"]:
-            time = f"at most the time at 100% of peak, {_duration(change['hours_at_peak'])}"
+            time = f"at most the time at 100% of peak, {duration(change['hours_at_peak'] * 3600)}"
         else:
             time = f"at most {change['run_flops']:.3g} FLOPs (no time on this card)"
         fits = {True: "fits", False: "does NOT fit", None: "fit unknown"}[change["fits"]]
         memory = f"{change['peak_gib']:.1f} GiB estimated peak, {fits}" if change["peak_gib"] else fits
-        cost = f", at most ${change['cost_usd'][0]:,.2f} to ${change['cost_usd'][1]:,.2f}" if change["cost_usd"] else ""
+        cost = f", at most {usd_span(change['cost_usd'])}" if change["cost_usd"] else ""
         lines.append(f"    {what}: {time}{cost}; {memory}")
     return lines

@@ -1,11 +1,13 @@
 """The forecast's answer in one line, said first: how long and how much on the card, from the forecast as data
 (forecast/run.py ``Forecast.as_json``, or NoForecast's ``{"made": false, "why"}``). The one place that words
 it: check's forecast block (check/render.py) and ``presets list --forecast`` (cli/presets_cmd.py) both say it.
-Each figure's source stays in the lines below it (check --forecast) or in --json."""
+Each figure's source stays in the lines below it (check --forecast) or in --json. Its spans (a band of time, of
+dollars, a lower bound) and the reason a forecast has no time are what every other forecast line says them with:
+the check's block, its --cards table and faster settings, and the training summary (train/summary.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,16 +39,13 @@ def answer(forecast: Mapping[str, Any]) -> Answer | None:
     where = f"{forecast['gpus']} x {card['alias']}" if card else f"{forecast['gpus']} GPU(s), no card named"
     hours, at_peak = forecast.get("hours"), forecast.get("hours_at_peak")
     if hours:
-        time = short = f"{duration(hours[0] * 3600)} to {duration(hours[1] * 3600)}"
+        time = short = hours_span(hours)
     elif at_peak:
-        time = f"at least {duration(at_peak * 3600)} (100% of peak, a lower bound)"
-        short = f"at least {duration(at_peak * 3600)} (at peak)"
+        time = f"{at_least(at_peak)} (100% of peak, a lower bound)"
+        short = f"{at_least(at_peak)} (at peak)"
     else:
         time = short = "no time: " + _why_no_time(forecast)
-    cost = ""
-    if forecast.get("cost_usd"):
-        low, high = forecast["cost_usd"]
-        cost = f"{usd(low)} to {usd(high)}" if hours else f"at least {usd(low)}"
+    cost = usd_span(forecast["cost_usd"], banded=bool(hours)) if forecast.get("cost_usd") else ""
     work = [f"{forecast['work']['steps']:,} steps"]
     if forecast.get("tokens"):
         work.append(f"{forecast['tokens']['total']:,} tokens")
@@ -56,6 +55,31 @@ def answer(forecast: Mapping[str, Any]) -> Answer | None:
 def usd(amount: float) -> str:
     """Dollars to the cent, or in three figures from a billion (a run of 1e30 epochs is said, not spelled)."""
     return f"${amount:,.2f}" if amount < 1e9 else f"${amount:.3g}"
+
+
+def usd_span(cost: Sequence[float], banded: bool = True) -> str:
+    """A cost band, "$2.50 to $6.60"; where the time is a lower bound (at peak), "at least $0.80"."""
+    return f"{usd(cost[0])} to {usd(cost[1])}" if banded else f"at least {usd(cost[0])}"
+
+
+def seconds_span(low: float, high: float) -> str:
+    return f"{duration(low)} to {duration(high)}"
+
+
+def hours_span(hours: Sequence[float]) -> str:
+    """A time band given in hours ("2.50 h to 4.80 h"), each end as ``console.duration`` says it."""
+    return seconds_span(hours[0] * 3600, hours[1] * 3600)
+
+
+def at_least(hours: float) -> str:
+    return f"at least {duration(hours * 3600)}"
+
+
+def why_no_time(notes: Iterable[str]) -> str | None:
+    """Why a forecast has no time, from its notes (forecast/cards.py ``time_and_cost`` and forecast/run.py write
+    them): the first that says so, without its "time not forecast: " prefix; None where none does."""
+    said = next((str(n) for n in notes if str(n).startswith(("time not forecast: ", "FLOPs not counted"))), None)
+    return None if said is None else said.removeprefix("time not forecast: ")
 
 
 def basis(model_files: Mapping[str, Any] | None) -> str:
@@ -69,10 +93,8 @@ def basis(model_files: Mapping[str, Any] | None) -> str:
 
 
 def _why_no_time(forecast: Mapping[str, Any]) -> str:
-    for note in forecast.get("notes") or ():
-        if note.startswith(("time not forecast: ", "FLOPs not counted")):
-            return note.removeprefix("time not forecast: ").split(" (", 1)[0]
-    return "see the notes (check --forecast)"
+    said = why_no_time(forecast.get("notes") or ())
+    return "see the notes (check --forecast)" if said is None else said.split(" (", 1)[0]
 
 
 def answer_line(forecast: Mapping[str, Any]) -> str:
@@ -81,4 +103,15 @@ def answer_line(forecast: Mapping[str, Any]) -> str:
     return f"not made: {forecast['why']}" if found is None else found.line()
 
 
-__all__ = ["Answer", "answer", "answer_line", "basis"]
+__all__ = [
+    "Answer",
+    "answer",
+    "answer_line",
+    "at_least",
+    "basis",
+    "hours_span",
+    "seconds_span",
+    "usd",
+    "usd_span",
+    "why_no_time",
+]

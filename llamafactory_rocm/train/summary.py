@@ -29,6 +29,7 @@ from transformers import TrainerCallback
 
 from ..check.record import RECORD_STEM, add_run
 from ..console import duration, say
+from ..forecast.answer import at_least, seconds_span, why_no_time
 from ..forecast.cards import peak_kind
 from .board import log_lines
 
@@ -164,9 +165,7 @@ def _forecast_time(f: Mapping[str, Any]) -> dict[str, Any]:
             "at_least_seconds": f["hours_at_peak"] * 3600,
             "source": f"{where} at 100% of peak: no measured fraction for this card",
         }
-    notes = [str(n) for n in f.get("notes") or []]
-    why = next((n for n in notes if n.startswith(("time not forecast", "FLOPs not counted"))), NO_TIME)
-    return {"none": why.removeprefix("time not forecast: ")}
+    return {"none": why_no_time(f.get("notes") or ()) or NO_TIME}
 
 
 def beside_forecast(s: RunSummary) -> dict[str, Any]:
@@ -231,9 +230,9 @@ def _forecast_rows(s: RunSummary) -> list[tuple[str, str]]:
     trained = "" if s.train_s is None else f" (trained {duration(s.train_s)})"
     if "seconds" in when:
         low, high = when["seconds"]
-        rows.append(("forecast time", f"{duration(low)} to {duration(high)}{trained}: {when['source']}"))
+        rows.append(("forecast time", f"{seconds_span(low, high)}{trained}: {when['source']}"))
     elif "at_least_seconds" in when:
-        rows.append(("forecast time", f"at least {duration(when['at_least_seconds'])}{trained}: {when['source']}"))
+        rows.append(("forecast time", f"{at_least(when['at_least_seconds'] / 3600)}{trained}: {when['source']}"))
     else:
         rows.append(("forecast time", f"none for this machine (the check's forecast: {when['none']})"))
     return rows
