@@ -153,14 +153,9 @@ def test_the_import_scan_sees_a_string_import() -> None:
     assert _called(call.func) == "import_module" and _leading_text(call.args[0]).startswith("llamafactory.")
 
 
-# Issue 52 item 1: lf/ is the one door to LLaMA-Factory (lf/library.py holds the names the other packages use).
-NOT_YET_BEHIND_THE_DOOR: set[str] = set()
-
-
-def test_llamafactory_is_imported_behind_lf_and_the_exceptions_only_shrink() -> None:
-    outside = {m for m in llamafactory_importers() if not m.startswith(f"{NAME}.lf.") and m != f"{NAME}.lf"}
-    assert "llamafactory_rocm.lf.dry_run" in llamafactory_importers()  # the scan sees lf/'s own lazy imports
-    assert outside == NOT_YET_BEHIND_THE_DOOR, (
-        f"new outside lf/: {sorted(outside - NOT_YET_BEHIND_THE_DOOR)}; "
-        f"moved behind lf/ (remove from the list): {sorted(NOT_YET_BEHIND_THE_DOOR - outside)}"
-    )
+def test_llamafactory_is_imported_behind_lf_only() -> None:
+    """Issue 52 item 1: lf/ is the one door to LLaMA-Factory (lf/library.py holds the names the other packages use)."""
+    importers = llamafactory_importers()
+    assert "llamafactory_rocm.lf.dry_run" in importers  # the scan sees lf/'s own lazy imports
+    outside = {m for m in importers if not m.startswith(f"{NAME}.lf.") and m != f"{NAME}.lf"}
+    assert not outside, f"outside lf/: {sorted(outside)}; ask lf/library.py instead"

@@ -630,8 +630,8 @@ def _child(config_file: str, clock_file: str) -> None:
             if run:  # before the clock starts: counting a long run's events takes a while
                 self.run_events = run_events(args, int(run["steps"]), int(run["epochs"]))
                 if self.run_events["evaluations"]:
-                    # the real run evaluates: the measure does so once, after its last step, outside the timed
-                    # steps (its own eval_steps would put one between them, or none within the measured steps)
+                    # the real run evaluates: the measure does so after its last step (twice: evaluate_twice),
+                    # outside the timed steps (its own eval_steps would put one between them, or none at all)
                     from transformers.trainer_utils import IntervalStrategy
 
                     args.eval_strategy, args.eval_delay, state.eval_steps = IntervalStrategy.STEPS, 0, state.max_steps

@@ -91,8 +91,7 @@ def first_step(launch: Launch) -> None:
         if launch.planned:
             run.skip(WHAT, "an earlier step stops the run here")
         return
-    reason = None if _RUN_FIRST_STEP.get() else FORECAST_ONLY
-    reason = reason or _cannot_run(launch)
+    reason = _cannot_run(launch) if _RUN_FIRST_STEP.get() else FORECAST_ONLY
     if reason:
         run.skip(WHAT, reason)
         return

@@ -9,6 +9,7 @@ it), so importing this module imports nothing of LLaMA-Factory's.
 from __future__ import annotations
 
 import importlib
+import sys
 from types import ModuleType
 from typing import Any
 
@@ -18,6 +19,9 @@ PROCESSORS = "llamafactory.data.processor"  # the data processors' package (its 
 
 
 def _module(name: str) -> ModuleType:
+    loaded = sys.modules.get(name)
+    if loaded is not None:  # the stand-in matters only while a module first loads (each try costs ~0.25 ms)
+        return loaded
     with text_only_llamafactory():
         return importlib.import_module(name)
 
