@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from llamafactory_rocm.check.render import forecast_lines
 from llamafactory_rocm.forecast.flops import StepFlops
+from llamafactory_rocm.forecast.render import block_lines
 from llamafactory_rocm.forecast.run import TrainRows, card_of, forecast_of
 from llamafactory_rocm.machine.catalogue import load_catalogue
 
@@ -22,7 +22,7 @@ def _forecast(alias: str, price: float | None = None):
 def test_a_card_with_a_published_fraction_gets_a_band_with_its_source_and_date():
     f = _forecast("mi300x")
     assert f.hours[0] < f.hours[1] and f.cost[0] < f.cost[1]
-    text = "\n".join(forecast_lines(f))
+    text = "\n".join(block_lines(f.as_json()))
     assert "AMD's BF16 Llama 3.1 8B training" in text and "2025-01-29" in text  # the fraction's source and date
     assert "cliffcenter.com" in text and "2026-05-18" in text  # the price's
     assert "a lower bound" not in text  # a band, from a published fraction
@@ -56,7 +56,7 @@ def test_the_band_is_the_bf16_training_measurement_it_records(alias):
 def test_a_card_with_a_peak_but_no_fraction_gets_a_lower_bound_said_as_one():
     f = _forecast("mi250", price=1.0)
     assert f.hours is None and f.hours_at_peak
-    text = "\n".join(forecast_lines(f))
+    text = "\n".join(block_lines(f.as_json()))
     assert "at least" in text and "100% of peak" in text
 
 
@@ -71,7 +71,7 @@ def test_a_radeon_card_gets_a_lower_bound_at_its_derived_peak():
     """RX 7900 XTX: 96 CUs x 512 x 2.5 GHz = 122.88 TFLOPS (docs/rocm-facts.md#a3), no published fraction."""
     f = _forecast("rx7900xtx", price=1.0)
     assert f.hours is None and f.hours_at_peak == pytest.approx(f.run_flops / (96 * 512 * 2.5e9) / 3600)
-    assert "at least" in "\n".join(forecast_lines(f))
+    assert "at least" in "\n".join(block_lines(f.as_json()))
 
 
 @pytest.mark.parametrize("price", ["0", "-2", "inf"])
@@ -142,7 +142,7 @@ def test_a_run_of_one_peak_hours_flops_takes_one_gpu_hour_on_any_number_of_gpus(
     for gpus in (1, 2):
         f = forecast_of(CONFIG, TrainRows(8, (512,) * 8), gpus, card, {"step_flops": step}, price=3.0)
         assert f.run_flops == pytest.approx(one_hour, rel=1e-12) and f.tokens.padding_share == 0
-        said[gpus] = (f.hours_at_peak, f.cost, "\n".join(forecast_lines(f)))
+        said[gpus] = (f.hours_at_peak, f.cost, "\n".join(block_lines(f.as_json())))
     assert said[1][0] == pytest.approx(1.0) and said[2][0] == pytest.approx(0.5)
     assert said[1][1] == pytest.approx((3.0, 3.0)) and said[2][1] == pytest.approx((3.0, 3.0))
     assert "time: at least 60 min 00 s" in said[1][2] and "time: at least 30 min 00 s" in said[2][2]
@@ -163,10 +163,10 @@ def test_without_gpu_the_card_is_the_one_the_recorded_machine_reports(snapshot, 
 
 @pytest.mark.parametrize("alias", ["mi300x", "mi250", "mi50"])
 def test_the_answer_comes_first_with_the_time_and_cost_the_lines_below_give(alias):
-    """forecast/answer.py: the block's first line is the answer; its time and cost are those of the time: and
+    """forecast/render.py: the block's first line is the answer; its time and cost are those of the time: and
     cost: lines (a band, a lower bound, or why there is none)."""
     f = _forecast(alias, price=None if alias == "mi300x" else 2.0)
-    first, *rest = forecast_lines(f)
+    first, *rest = block_lines(f.as_json())
     assert first.startswith("forecast: ") and f"on 1 x {alias}" in first, first
     time_line = next((line for line in rest if line.startswith("  time: ")), None)
     if f.hours:

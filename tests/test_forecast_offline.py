@@ -38,7 +38,7 @@ def test_every_preset_is_timed_offline_with_an_empty_cache(listed):
 
 def test_the_table_gives_each_presets_answer_and_what_it_rests_on(listed, capsys):
     from llamafactory_rocm.cli.presets_cmd import forecast_table
-    from llamafactory_rocm.forecast.answer import answer
+    from llamafactory_rocm.forecast.render import answer
 
     forecast_table(list_presets(), {e["name"]: e["forecast"] for e in listed})
     table = capsys.readouterr().out

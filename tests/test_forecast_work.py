@@ -258,7 +258,7 @@ def test_packed_rows_of_a_sample_are_said_to_be_an_estimate(stock_runs, tmp_path
     """Without the forecast's larger read (a plain check: 256 rows of each dataset), the 300 rows' packed count
     is scaled from the first 256's: the steps are said to be "about", in the check's block and its JSON, and
     the scale is said; with it (above) they equal the stock run's global_step."""
-    from llamafactory_rocm.check.render import forecast_lines
+    from llamafactory_rocm.forecast.render import block_lines
     from llamafactory_rocm.forecast.run import TrainRows, forecast_of
 
     config = {**stock_runs["configs"]["packing-every-row"], "output_dir": str(tmp_path / "out")}
@@ -266,7 +266,7 @@ def test_packed_rows_of_a_sample_are_said_to_be_an_estimate(stock_runs, tmp_path
     made, read, full = dry.train_rows_scaled
     assert (read, full) == (256, 300) and made < read
     forecast = forecast_of(config, TrainRows.of(dry), 1, None, dry.forecast)
-    lines = forecast_lines(forecast)
+    lines = block_lines(forecast.as_json())
     # the answer, "how", then the steps said to be "about" and the scale
     assert lines[2].startswith("  steps: about ") and lines[3].startswith("  rows estimated: "), lines
     said = forecast.as_json()["work"]

@@ -6,7 +6,7 @@ import argparse
 import json
 
 from .. import presets
-from ..forecast.answer import answer
+from ..forecast.render import table_lines
 
 
 def register(subs: argparse._SubParsersAction) -> None:
@@ -78,30 +78,8 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def forecast_table(infos: list[presets.PresetInfo], forecasts: dict[str, dict]) -> None:
-    """Each preset's answer (forecast/answer.py): time and cost on its target card, then its work; what the
-    figures rest on below the table, once per kind."""
-    print(f"{'NAME':28} {'ON':14} {'TIME':28} {'COST':18} WORK")
-    bases: list[str] = []
-    for i in infos:
-        name = i.entry.name
-        found = answer(forecasts[name])
-        if found is None:
-            print(f"{name:28} {'-':14} not made: {forecasts[name]['why']}")
-            continue
-        mark = ""
-        if found.basis:
-            if found.basis not in bases:
-                bases.append(found.basis)
-            mark = f" [{bases.index(found.basis) + 1}]"
-        cost = found.cost or "unknown (--price)"
-        print(f"{name:28} {found.where:14} {found.short_time:28} {cost:18} {found.work}{mark}")
-    for n, said in enumerate(bases, 1):
-        print(f"[{n}] {said}: the model is not here (check --forecast PRESET says why and how to fetch it)")
-    print(
-        "\nTime: the forecast's FLOPs at the card's achieved fraction of its peak, or, 'at peak', at 100% of its peak "
-        "where no fraction is published (a lower bound); each figure's source and date: llamafactory-rocm check "
-        "PRESET --forecast"
-    )
+    """Each preset's answer in a table (forecast/render.py ``table_lines``)."""
+    print("\n".join(table_lines([(i.entry.name, forecasts[i.entry.name]) for i in infos])))
 
 
 def preset_forecast(preset: presets.PresetEntry) -> dict:

@@ -1,6 +1,6 @@
 """A run's forecast from what LLaMA-Factory's dry launch found: steps (lf/work.py), padded tokens (tokens.py),
 FLOPs (flops.py, counted when the forecast was asked for), and from them time and cost on its card (cards.py),
-each figure with its source; made in one call (``forecast_for``), said by check/render.py. Nothing is printed
+each figure with its source; made in one call (``forecast_for``), said by render.py. Nothing is printed
 without its source (docs/forecast.md).
 """
 
@@ -121,7 +121,7 @@ class NoForecast:
 def forecast_for(
     dry: Any, resolution: Any, ctx: Any, alias: str | None, world_size: int, peak_gib: float | None = None
 ) -> Forecast | NoForecast | None:
-    """The check's whole forecast in one call, as data (check/render.py says it): from its dry run
+    """The check's whole forecast in one call, as data (render.py says it): from its dry run
     (lf/dry_parts.py DryRun) and its resolution, the run's work, tokens, FLOPs, time and cost on its card;
     with --cards every catalogue card and the faster settings (cards.py), with --measure the steps timed on
     this machine (measure.py); ``peak_gib``: the check's memory estimate, which --cards judges each card by.

@@ -29,8 +29,7 @@ from transformers import TrainerCallback
 
 from ..check.record import RECORD_STEM, add_run
 from ..console import duration, say
-from ..forecast.answer import at_least, seconds_span, why_no_time
-from ..forecast.cards import peak_kind
+from ..forecast.render import summary_rows, time_said
 from .board import log_lines
 
 TRAIN_RUNTIME = "transformers' train_runtime"
@@ -144,28 +143,6 @@ def summary_from_output_dir(output_dir: Path, wall_s: float | None = None) -> Ru
 
 
 NO_FORECAST = "the check before launch made no forecast for this run"
-NO_TIME = "no time was forecast (the launch record's forecast notes say why)"
-
-
-def _forecast_time(f: Mapping[str, Any]) -> dict[str, Any]:
-    """The forecast's time for the run with its source (forecast/cards.py ``time_and_cost``), or why there is none."""
-    card, fraction = f.get("card") or {}, f.get("achieved_fraction")
-    kind = peak_kind(card.get("peak_source"), card.get("peak_date"))
-    peak = f"peak dense bf16 {card.get('peak_tflops')} TFLOPS ({kind}; docs/rocm-facts.md#a3)"
-    where = f"{card.get('alias')} x {f.get('gpus')}, {peak}"
-    if f.get("hours") and fraction:
-        low, high = f["hours"]
-        return {
-            "seconds": [low * 3600, high * 3600],
-            "source": f"{where} x {fraction['fraction_low']:.0%}-{fraction['fraction_high']:.0%} achieved "
-            f"({fraction['label']}, {fraction['date']})",
-        }
-    if f.get("hours_at_peak"):
-        return {
-            "at_least_seconds": f["hours_at_peak"] * 3600,
-            "source": f"{where} at 100% of peak: no measured fraction for this card",
-        }
-    return {"none": why_no_time(f.get("notes") or ()) or NO_TIME}
 
 
 def beside_forecast(s: RunSummary) -> dict[str, Any]:
@@ -174,7 +151,7 @@ def beside_forecast(s: RunSummary) -> dict[str, Any]:
     if f is None or f.get("made") is False:
         return {"made": False, "why": NO_FORECAST if f is None else str(f.get("why"))}
     tokens = f.get("tokens") or {}
-    when = _forecast_time(f)
+    when = time_said(f)
     return {
         "made": True,
         "steps": f["work"]["steps"],
@@ -213,31 +190,6 @@ def run_record(s: RunSummary) -> dict[str, Any]:
     }
 
 
-def _forecast_rows(s: RunSummary) -> list[tuple[str, str]]:
-    """The forecast's rows, each figure beside what the run measured: steps and tokens, then time."""
-    said = beside_forecast(s)
-    if not said["made"]:
-        return [("forecast", f"none: {said['why']}")]
-    whole = " for the whole run" if s.resumed_from else ""  # the forecast counts from step 0
-    about = "" if said["steps_exact"] else "about "
-    step = s.global_step if s.global_step is not None else "not known"
-    work = f"{about}{said['steps']:,} steps{whole} (global_step {step})"
-    if said["tokens_with_padding"] is not None:
-        counted = f"counted {s.tokens:,}" if s.tokens_counted and s.tokens else "not counted by the trainer"
-        work += f", {said['tokens_with_padding']:,} tokens with padding ({counted})"
-    rows = [("forecast", f"{work}: the check before launch")]
-    when = said["time"]
-    trained = "" if s.train_s is None else f" (trained {duration(s.train_s)})"
-    if "seconds" in when:
-        low, high = when["seconds"]
-        rows.append(("forecast time", f"{seconds_span(low, high)}{trained}: {when['source']}"))
-    elif "at_least_seconds" in when:
-        rows.append(("forecast time", f"{at_least(when['at_least_seconds'] / 3600)}{trained}: {when['source']}"))
-    else:
-        rows.append(("forecast time", f"none for this machine (the check's forecast: {when['none']})"))
-    return rows
-
-
 def format_summary(s: RunSummary) -> str:
     """The closing summary, one fact a line."""
     if s.losses:
@@ -258,7 +210,7 @@ def format_summary(s: RunSummary) -> str:
         ("tokens/s", speed),
         ("peak memory", memory),
         ("wall time", wall),
-        *_forecast_rows(s),
+        *summary_rows(beside_forecast(s), s.resumed_from),
         ("adapter" if s.adapter is None or s.adapter.name == ADAPTER_NAME else "model", str(s.adapter or "none saved")),
         ("loss plot", str(s.plot) if s.plot else "none (plot_loss: true writes one)"),
         ("launch record", str(s.record) if s.record else "none"),
