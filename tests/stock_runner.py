@@ -6,13 +6,15 @@ child process, so the imports are paid once. The error kept is the whole excepti
 SystemExit what was written to stderr before it, so that a recorded phrase can be looked for in it.
 
 Recorded outcomes (``replay=True``, issue 52 item 7): a stock run's outcome changes only when its inputs or the
-installed libraries change, so a caller may take it from ``tests/records/stock_runs.json``, where it is keyed
+installed libraries change, so a caller may take it from its line's record (below), where it is keyed
 by everything the run reads (its arguments and environment, every file in its folder and in every folder its
 arguments and config files name, this runner's code) and stored with the versions of the libraries it ran
 with. It is taken from there only where the versions are the installed ones, and never for the share of
 cases whose turn it is today (one in ``SHARES``, by the key and the UTC date): those, and every case without a
-record, run for real, and a real run whose exit differs from its record fails the caller. ``STOCK_RUNS=all``
-runs every case for real; ``STOCK_RUNS=record`` runs every case for real and writes the record.
+record, run for real, and a real run whose exit differs from its record fails the caller. One record a
+LLaMA-Factory line (``tests/records/stock_runs-<version>.json``): 0.9.5's and main's (tests/main_line.sh).
+``replay_one`` does the same for a run of another shape (torchrun ranks and nodes: tests/test_rank_view.py).
+``STOCK_RUNS=all`` runs every case for real; ``STOCK_RUNS=record`` runs every case for real and writes the record.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import re
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -146,13 +148,49 @@ def run_alone(
         _write_record(
             {keys[c["id"]]: {**_normalized(results[c["id"]]), "id": c["id"]} for c in real if c["id"] in results}
         )
-    assert not stale, f"stock runs differ from tests/records/stock_runs.json (rerun with {MODE_ENV}=record): {stale}"
+    assert not stale, f"stock runs differ from tests/records/{RECORD.name} (rerun with {MODE_ENV}=record): {stale}"
     return {**results, **answers}, proc
+
+
+def replay_one(
+    key: str, folder: str, name: str, run: Callable[[], dict[str, Any]], *, agree: Sequence[str] = ("exit",)
+) -> dict[str, Any]:
+    """One stock run of another shape than ``run_alone``'s (torchrun ranks, several nodes: tests/test_rank_view.py),
+    by the same record. ``key``: ``case_key`` of what the run reads, with a ``runner`` (the code that runs it),
+    taken before anything else writes to ``folder``; ``run()``: the real run, whose answer is JSON (paths under
+    pytest's folders are recorded as ``<tmp>``). Answered from the record where ``run_alone``'s replay would be (the
+    module's docstring); a real run whose ``agree`` fields differ from its record fails."""
+    mode = os.environ.get(MODE_ENV, "replay")
+    record = _load_record()
+    current = installed_versions() == record.get("versions")
+    known = record.get("runs", {}).get(key) if current else None
+    if known is not None and mode == "replay" and not runs_today(key):
+        said = json.dumps(known["answer"]).replace("<tmp>", _prefix(folder)).replace("<repo>", str(REPO))
+        return {**json.loads(said), "replayed": True}
+    got = run()
+    normal = json.loads(_normal(json.dumps(got)))
+    if known is not None:
+        differ = [f for f in agree if known["answer"].get(f) != normal.get(f)]
+        assert not differ, f"stock runs differ from {RECORD.name} (rerun with {MODE_ENV}=record): {name}: " + ", ".join(
+            f"{f} recorded {known['answer'].get(f)!r}, now {normal.get(f)!r}" for f in differ
+        )
+    if mode == "record":
+        _write_record({key: {"id": name, "answer": normal}})
+    return got
 
 
 # --- recorded outcomes ------------------------------------------------------------------------------------
 
-RECORD = Path(__file__).parent / "records" / "stock_runs.json"
+
+def _llamafactory_line() -> str:
+    try:
+        return importlib.metadata.version("llamafactory")
+    except importlib.metadata.PackageNotFoundError:
+        return "absent"
+
+
+# one record a LLaMA-Factory line (0.9.5 in .venv, main in tests/main_line.sh's .venv-main), each with its versions
+RECORD = Path(__file__).parent / "records" / f"stock_runs-{_llamafactory_line()}.json"
 MODE_ENV = "STOCK_RUNS"  # replay (the default), all, record
 SHARES = 4  # each day one case in SHARES of those recorded runs for real as well
 VERSIONED = ("llamafactory", "transformers", "torch", "peft", "datasets", "trl", "accelerate", "tokenizers")
@@ -251,7 +289,7 @@ def case_key(case: Mapping[str, Any], own: Mapping[str, str] | None = None) -> s
         "flags": {k: case[k] for k in ("flops", "micro_batches") if k in case},
         "files": own,
         "named": dict(sorted(named.items())),
-        "runner": hashlib.sha256(RUNNER.encode()).hexdigest()[:20],
+        "runner": hashlib.sha256(case.get("runner", RUNNER).encode()).hexdigest()[:20],
     }
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
 

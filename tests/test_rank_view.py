@@ -13,6 +13,7 @@ A simulation, not a measurement on AMD.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import io
 import json
 import os
@@ -28,11 +29,12 @@ import yaml
 from llamafactory_rocm import presets
 from llamafactory_rocm.check.run import check_config
 from llamafactory_rocm.findings import Level
+from tests import rank_record
 from tests.conftest import load_snapshot, offline_env, tiny_train_config
 from tests.rank_record import RANKS_ENV, STARTED, recording
 from tests.rank_record import load as load_ranks
-from tests.simulated_node import device_count, node_env, simulated_node
-from tests.stock_runner import hook_off_env
+from tests.simulated_node import SIMNODE_DIR, device_count, node_env, simulated_node, snapshot_path
+from tests.stock_runner import case_key, hook_off_env, replay_one
 from tests.test_multinode import free_port
 
 # The node each preset is written for: its GPU's recorded snapshot (an MI250X shows two GCDs, so its
@@ -256,16 +258,43 @@ def _selected() -> list[str]:
     return [case for case in NODE_CASES if only is None or re.search(only, case)]
 
 
+def _stock_key(path: Path, world: SimWorld, extra: dict[str, str]) -> str:
+    """What a stock run of the corpus reads, as tests/stock_runner.py keys a recorded outcome: its folder (the
+    config: read before the check or the run writes there), its world's variables on each node but the rendezvous
+    port, the simulated node's snapshot, and the code that runs it."""
+    env = [(f"node{i}:{k}", v) for i in range(world.nodes) for k, v in sorted(_node_world(world, extra, i, 0).items())]
+    env = [(k, v) for k, v in env if not k.endswith(":MASTER_PORT")]
+    if world.node is not None:
+        env.append(("snapshot", str(snapshot_path(world.node))))
+    case = {"id": path.parent.name, "dir": str(path.parent), "args": ["train", str(path)], "env": env}
+    return case_key({**case, "runner": STOCK_RUNNER})
+
+
+# the code a stock run of the corpus is: its launch here and the rank recorder each process loads
+STOCK_RUNNER = "\n".join(
+    [inspect.getsource(_stock), Path(rank_record.__file__).read_text(), (SIMNODE_DIR / "sitecustomize.py").read_text()]
+)
+
+
+def _stock_replayed(path: Path, envs: list[tuple[Path, dict[str, str]]], key: str) -> StockRun:
+    """The stock run, or its recorded outcome where tests/stock_runner.py's rotation allows (``replay_one``)."""
+    answer = replay_one(key, str(path.parent), path.parent.name, lambda: _stock(path, envs)._asdict(),
+                        agree=("returncode",))  # fmt: skip
+    return StockRun(*(answer[field] for field in StockRun._fields))
+
+
 @pytest.fixture(scope="module")
 def node_corpus(tiny_model, tmp_path_factory):
-    """Each case run in its world twice: stock LLaMA-Factory (hook off, subprocesses, two cases at a time)
-    and `llamafactory-rocm check` on each node (in this process, meanwhile)."""
+    """Each case run in its world twice: stock LLaMA-Factory (hook off, subprocesses, two cases at a time; its
+    recorded outcome on 3 days in 4: tests/stock_runner.py) and `llamafactory-rocm check` on each node (in this
+    process, meanwhile)."""
     work = tmp_path_factory.mktemp("node-corpus")
     cases = _selected()
     files = {case: _case_files(case, tiny_model, work) for case in cases}
+    keys = {case: _stock_key(*files[case]) for case in cases}  # before anything else is written there
     with ThreadPoolExecutor(max_workers=2) as pool:
         envs = {case: _stock_envs(*files[case], port=free_port()) for case in cases}  # before os.environ changes
-        stock = {case: pool.submit(_stock, files[case][0], envs[case]) for case in cases}
+        stock = {case: pool.submit(_stock_replayed, files[case][0], envs[case], keys[case]) for case in cases}
         checked = {case: [_check(*files[case], node_rank=i) for i in range(files[case][1].nodes)] for case in cases}
         return {case: (stock[case].result(), checked[case]) for case in cases}
 

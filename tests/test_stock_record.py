@@ -103,3 +103,30 @@ def test_a_real_run_that_differs_from_its_record_fails(world, monkeypatch):
     world["exits"]["c0"] = 1
     with pytest.raises(AssertionError, match="recorded exit 0, now 1"):
         _go([case], world)
+
+
+def test_a_run_of_another_shape_is_answered_by_its_key_and_differing_fails(tmp_path, monkeypatch):
+    """``replay_one`` (the node corpus's torchrun runs): recorded under STOCK_RUNS=record, answered from the record
+    with the paths of this session's folder, run again on its share's day, and a different answer then fails."""
+    monkeypatch.setattr(stock_runner, "RECORD", tmp_path / "records" / "stock_runs.json")
+    folder = tmp_path / "case"
+    folder.mkdir()
+    (folder / "train.yaml").write_text("max_steps: 1\n")
+    key = stock_runner.case_key({"id": "c", "dir": str(folder), "args": ["train"], "runner": "torchrun"})
+    runs: list[int] = []
+
+    def run(code: int = 0):
+        runs.append(code)
+        return {"returncode": code, "log": f"ranks ran in {folder}"}
+
+    monkeypatch.setenv(stock_runner.MODE_ENV, "record")
+    assert stock_runner.replay_one(key, str(folder), "c", run, agree=("returncode",))["returncode"] == 0
+    monkeypatch.setenv(stock_runner.MODE_ENV, "replay")
+    monkeypatch.setattr(stock_runner, "runs_today", lambda key: False)
+    again = stock_runner.replay_one(key, str(folder), "c", lambda: run(1), agree=("returncode",))
+    assert runs == [0] and again == {"returncode": 0, "log": f"ranks ran in {folder}", "replayed": True}
+    other = stock_runner.case_key({"id": "c", "dir": str(folder), "args": ["train"], "runner": "torchrun 2"})
+    assert other != key  # the runner's code is in the key
+    monkeypatch.setattr(stock_runner, "runs_today", lambda key: True)  # its share's day
+    with pytest.raises(AssertionError, match="returncode recorded 0, now 1"):
+        stock_runner.replay_one(key, str(folder), "c", lambda: run(1), agree=("returncode",))
