@@ -343,6 +343,7 @@ def test_llamafactory_lines_the_data_step_relies_on_are_still_there():
         import llamafactory.model.loader as model_loader
     single = inspect.getsource(loader._load_single_dataset)
     assert "min(data_args.max_samples, len(dataset))" in single  # _RecordingCap sees len(dataset) there
+    assert "dataset.select(range(max_samples))" in single  # the one call _strided_rows spreads over the rows
     assert "split_dataset(dataset, eval_dataset, data_args, seed=training_args.seed)" in inspect.getsource(
         loader.get_dataset
     )

@@ -1,7 +1,8 @@
 """The training dry run's data step (lf/dry_run.py): LLaMA-Factory's ``get_dataset`` with the data stage the
 workflow passes, or the saved ``tokenized_path`` it loads instead, and the rows it trains on.
 
-The data pipeline reads at most ``rows_cap`` rows per dataset (LLaMA-Factory's own ``max_samples``), with its
+The data pipeline reads at most ``rows_cap`` rows per dataset (LLaMA-Factory's own ``max_samples``; spread over the
+dataset, not its first rows: ``_strided_rows``), with its
 caches, and any ``tokenized_path`` it would save, in a temporary folder. The split (``val_size``) and the mix
 (``interleave_probs``) are computed on the full row counts by LLaMA-Factory's own
 ``merge_dataset``/``split_dataset`` (datasets' ``interleave_datasets``/``train_test_split``) over index-only
@@ -50,6 +51,7 @@ def load_data(launch: Launch) -> None:
             rows_cap = max(launch.rows_cap, PACKED_ROWS_CAP.get()) if data_args.packing else launch.rows_cap
             cap = _RecordingCap(min(data_args.max_samples or rows_cap, rows_cap), split)
             patches.setattr(data_args, "max_samples", cap)
+            _strided_rows(patches, cap, launch.user_max_samples)
         if data_args.tokenized_path is not None:  # LLaMA-Factory would save there: save into tmp instead
             patches.setattr(data_args, "tokenized_path", str(launch.tmp / "tokenized"))
         patches.setattr(data_args, "overwrite_cache", True)
@@ -293,6 +295,31 @@ def _tokenized_data(launch: Launch, path: str) -> None:
         launch.run.rows = {"train": len(saved), "eval": 0}
     launch.train_rows = launch.run.rows["train"]
     launch.run.skip("the dataset's rows", f"LLaMA-Factory loads the tokenized data in {path} instead of the dataset")
+
+
+def strided(read: int, rows: int) -> list[int]:
+    """``read`` row indices spread evenly over the first ``rows`` (0 among them), in the file's order."""
+    return [i * rows // read for i in range(read)]
+
+
+def _strided_rows(patches: Patches, cap: int, user_max_samples: int | None) -> None:
+    """Where the dry run reads fewer rows of a dataset than the run trains on, a sample spread over all of them
+    instead of the first ones: a file whose later rows are longer than its first made the tokens 3.5% short
+    (issue 50). LLaMA-Factory truncates each dataset with ``dataset.select(range(max_samples))`` (loader.py
+    ``_load_single_dataset``, pinned by a test); that one call takes the strided indices over the rows the run
+    reads (the user's own max_samples, if any, keeps the first rows: those are the run's)."""
+    from datasets import Dataset
+
+    select = Dataset.select
+
+    def strided_select(self: Dataset, indices: Any, *args: Any, **kwargs: Any) -> Dataset:
+        if isinstance(indices, range) and indices.start == 0 and indices.step == 1 and len(indices) == int(cap):
+            rows = len(self) if user_max_samples is None else min(len(self), int(user_max_samples))
+            if rows > len(indices):
+                indices = strided(len(indices), rows)
+        return select(self, indices, *args, **kwargs)
+
+    patches.setattr(Dataset, "select", strided_select)
 
 
 class _RecordingCap(int):
