@@ -379,3 +379,49 @@ def test_a_file_whose_later_rows_are_longer_is_sampled_across_all_its_rows(tiny_
     off = tokens.real / not_padding - 1
     print(f"LATER LONGER: not padding {tokens.real} forecast, {not_padding} stock ({off:+.2%}, se {error:.2%})")
     assert abs(tokens.real - not_padding) / not_padding < 3 * error, (tokens.real, not_padding, error)
+
+
+def test_datasets_read_in_other_shares_than_the_run_mixes_them_are_weighed(tiny_model, tmp_path):
+    """Issue 50: 256 rows of each dataset are read, so a 600-row dataset and a 200-row one stood 256 to 200 in the
+    token sample where the run mixes them 600 to 200 (concat). Long rows in the first, short in the second: the
+    tokens that are not padding within 3 standard errors of the stock run's count (one unshuffled epoch,
+    "non_padding"): -2.1% here; each row read counted once (``_row_weights`` returning None), 21% short."""
+    import statistics
+
+    from llamafactory_rocm.forecast.run import TrainRows, forecast_of
+
+    rows = json.loads((Path(__file__).parents[1] / "datasets" / "amd_finetune_qa.json").read_text())
+    long = [{**row, "output": " ".join([row["output"]] * 3)} for row in rows] * 2
+    short = [{**row, "output": " ".join(row["output"].split()[:6])} for row in rows[:200]]
+    data = tmp_path / "data"
+    data.mkdir()
+    columns = {"prompt": "instruction", "query": "input", "response": "output"}
+    info = {}
+    for name, part in (("long", long), ("short", short)):
+        (data / f"{name}.json").write_text(json.dumps(part))
+        info[name] = {"file_name": f"{name}.json", "columns": columns}
+    (data / "dataset_info.json").write_text(json.dumps(info))
+    config = tiny_train_config(tiny_model, tmp_path / "stock", save_strategy="no", logging_steps=1000)
+    config.update(dataset="long,short", dataset_dir=str(data), cutoff_len=1024, max_steps=-1, num_train_epochs=1.0)
+    config.update(per_device_train_batch_size=8, disable_shuffling=True, include_num_input_tokens_seen="non_padding")
+    config.pop("max_samples", None)  # every row
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(config))
+    case = {"id": "shares", "dir": str(tmp_path), "args": [str(tmp_path / "run.yaml")]}
+    results, proc = run_alone([case], tmp_path, hook_off_env(tmp_path), name="shares", timeout=600)
+    assert results.get("shares", {}).get("exit") == 0, proc.stderr[-3000:]
+    not_padding = json.loads((tmp_path / "stock" / "trainer_state.json").read_text())["num_input_tokens_seen"]
+    with requested():
+        dry = dry_launch({**config, "output_dir": str(tmp_path / "forecast")})
+    weights = dry.train_row_weights
+    assert dry.train_lengths is not None and weights is not None and len(weights) == len(dry.train_lengths) == 456
+    (long_weight,), (short_weight,) = set(weights[:256]), set(weights[256:])  # 600 / 256 against 200 / 200
+    assert long_weight / short_weight == pytest.approx(600 / 256, rel=1 / 32)
+    forecast = forecast_of(config, TrainRows.of(dry), 1, None, dry.forecast)  # as check --forecast makes it
+    tokens = forecast.tokens
+    assert forecast.work.rows == 800 and tokens.sampled and tokens.sample_rows == 456
+    assert any("weighed by the rows the run trains on" in note for note in forecast.notes)
+    lengths = TrainRows.of(dry).lengths
+    error = statistics.stdev(lengths) / 456**0.5 * ((800 - 456) / (800 - 1)) ** 0.5 / statistics.mean(lengths)
+    off = tokens.real / not_padding - 1
+    print(f"SHARES: not padding {tokens.real} forecast, {not_padding} stock ({off:+.2%}, se {error:.2%})")
+    assert abs(off) < 3 * error, (tokens.real, not_padding, error)

@@ -79,18 +79,27 @@ class TrainRows:
     pair_tokens: tuple[int, ...] | None = None  # dpo/kto: both sequences' tokens of each row, not padded
     kl_lengths: tuple[int, ...] | None = None  # kto: the KL rows' lengths
     streamed: bool = False  # streaming: no row count; ``lengths`` are the stream's first rows (lf/dry_data.py)
+    read: int | None = None  # the rows whose lengths were read, where ``lengths`` repeat rows to weigh them
 
     @classmethod
     def of(cls, dry: Any, streamed: bool = False) -> TrainRows:
+        weights = dry.train_row_weights  # several datasets read in other shares than the run's (lf/dry_data.py)
+
+        def weighed(values: tuple[int, ...] | None) -> tuple[int, ...] | None:
+            if values is None or weights is None:
+                return values
+            return tuple(value for value, times in zip(values, weights, strict=True) for _ in range(times))
+
         return cls(
             rows=(dry.rows or {}).get("train") or 0,
             streamed=streamed,
-            lengths=dry.train_lengths,
+            lengths=weighed(dry.train_lengths),
             data_stage=dry.data_stage,
             sampled=dry.rows_estimated,
             rows_scaled=dry.train_rows_scaled,
-            pair_tokens=dry.train_pair_tokens,
-            kl_lengths=dry.train_kl_lengths,
+            pair_tokens=weighed(dry.train_pair_tokens),
+            kl_lengths=weighed(dry.train_kl_lengths),
+            read=None if weights is None or dry.train_lengths is None else len(dry.train_lengths),
         )
 
 
@@ -209,6 +218,14 @@ def forecast_of(
         )
         if kl_lengths:  # kto's KL rows: the same rows' batches, padded apart, forward only
             kl_tokens = run_tokens(kl_lengths, work, multiple, sampled=sampled, shuffled=shuffled)
+        if train.read is not None:  # rows repeated to weigh their datasets: the sample is the rows read
+            tokens = dataclasses.replace(tokens, sample_rows=train.read)
+            notes.append(
+                "tokens: each dataset's rows read weighed by the rows the run trains on of it (lf/dry_data.py "
+                "_row_weights)"
+            )
+        if found.get("tokens_note"):
+            notes.append(found["tokens_note"])
     else:
         notes.append(f"tokens not forecast: the {data_stage or 'unknown'} stage's rows are not read (sft, pt, rm, kto)")
     result = Forecast(work=work, tokens=tokens, card=card, gpus=world_size, notes=notes)

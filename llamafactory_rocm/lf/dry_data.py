@@ -51,7 +51,7 @@ def load_data(launch: Launch) -> None:
             rows_cap = max(launch.rows_cap, PACKED_ROWS_CAP.get()) if data_args.packing else launch.rows_cap
             cap = _RecordingCap(min(data_args.max_samples or rows_cap, rows_cap), split)
             patches.setattr(data_args, "max_samples", cap)
-            _strided_rows(patches, cap, launch.user_max_samples)
+            _strided_rows(patches, cap, launch.user_max_samples, split.reads)
         if data_args.tokenized_path is not None:  # LLaMA-Factory would save there: save into tmp instead
             patches.setattr(data_args, "tokenized_path", str(launch.tmp / "tokenized"))
         patches.setattr(data_args, "overwrite_cache", True)
@@ -206,6 +206,7 @@ def _count_rows(launch: Launch, module: Mapping[str, Any], split: _SplitSpy) -> 
     rows = {"train": len(train) if train is not None else 0}
     if train is not None:
         _record_lengths(launch.run, train)
+        launch.run.train_row_weights = _row_weights(launch, rows["train"], split.reads)
     if isinstance(evals, dict):
         rows["eval"] = sum(len(d) for d in evals.values())
     else:
@@ -222,6 +223,45 @@ def _count_rows(launch: Launch, module: Mapping[str, Any], split: _SplitSpy) -> 
         launch.run.rows_estimated = True
     launch.run.rows = rows
     launch.train_rows = rows["train"]
+
+
+# at most this many rows' lengths a forecast weighs (a weighted row counts as that many): mixing a dataset
+# 1,000 times the size of another leaves the smaller at most 4 times its share
+WEIGHED_ROWS = 65536
+WEIGHT_STEPS = 16
+
+
+def _row_weights(launch: Launch, train_rows: int, reads: list[tuple[int, int]]) -> tuple[int, ...] | None:
+    """How many times each train row counts for the run's tokens where its datasets were read in other shares
+    than the run mixes them: 256 rows of a 10,000-row dataset and all 300 of another stand for 10,000 and 300
+    rows (``mix_strategy: concat``, LLaMA-Factory's default). The rows are told apart by their order, the
+    datasets' read rows one after another, so only where the pipeline kept each row read as one train row and
+    no split reordered them; elsewhere the rows count once each, and the dry run says so. None where they do."""
+    datasets = len(launch.data_args.dataset or [])
+    train_reads = reads[:datasets]
+    if len(train_reads) != datasets or datasets < 2 or len({rows / read for read, rows in train_reads if read}) < 2:
+        return None  # one dataset, or each read in the same share of its rows: the sample's shares are the run's
+    data_args = launch.data_args
+    aligned = (
+        data_args.mix_strategy == "concat"
+        and data_args.val_size <= 1e-6
+        and not data_args.packing
+        and train_rows == sum(read for read, _ in train_reads)
+    )
+    if not aligned:
+        launch.run.forecast["tokens_note"] = (
+            f"tokens: the rows read of the {datasets} datasets count once each, not in the shares the run mixes "
+            f"them ({', '.join(f'{read:,} of {rows:,}' for read, rows in train_reads)} rows read; mix_strategy "
+            f"{data_args.mix_strategy}, val_size {data_args.val_size}, packing {data_args.packing}: their rows are "
+            "not told apart after the pipeline)"
+        )
+        return None
+    ratios = [rows / read for read, rows in train_reads]
+    # the least weighed row counts WEIGHT_STEPS times, so each weight is within 1/32 of its ratio; fewer where
+    # that would weigh more rows than WEIGHED_ROWS
+    scale = min(WEIGHT_STEPS, WEIGHED_ROWS / sum(rows for _, rows in train_reads) * min(ratios))
+    counts = [max(1, round(ratio / min(ratios) * scale)) for ratio in ratios]
+    return tuple(count for (read, _), count in zip(train_reads, counts, strict=True) for _ in range(read))
 
 
 def _record_lengths(run: Any, train: Any) -> None:
@@ -302,19 +342,22 @@ def strided(read: int, rows: int) -> list[int]:
     return [i * rows // read for i in range(read)]
 
 
-def _strided_rows(patches: Patches, cap: int, user_max_samples: int | None) -> None:
+def _strided_rows(patches: Patches, cap: int, user_max_samples: int | None, reads: list[tuple[int, int]]) -> None:
     """Where the dry run reads fewer rows of a dataset than the run trains on, a sample spread over all of them
     instead of the first ones: a file whose later rows are longer than its first made the tokens 3.5% short
     (issue 50). LLaMA-Factory truncates each dataset with ``dataset.select(range(max_samples))`` (loader.py
     ``_load_single_dataset``, pinned by a test); that one call takes the strided indices over the rows the run
-    reads (the user's own max_samples, if any, keeps the first rows: those are the run's)."""
+    reads (the user's own max_samples, if any, keeps the first rows: those are the run's). Each dataset's rows
+    read and rows the run trains on are noted in ``reads``, in LLaMA-Factory's order (``_row_weights``)."""
     from datasets import Dataset
 
     select = Dataset.select
 
     def strided_select(self: Dataset, indices: Any, *args: Any, **kwargs: Any) -> Dataset:
-        if isinstance(indices, range) and indices.start == 0 and indices.step == 1 and len(indices) == int(cap):
+        whole = isinstance(indices, range) and indices.start == 0 and indices.step == 1
+        if whole and len(indices) == min(int(cap), len(self)):
             rows = len(self) if user_max_samples is None else min(len(self), int(user_max_samples))
+            reads.append((len(indices), rows))
             if rows > len(indices):
                 indices = strided(len(indices), rows)
         return select(self, indices, *args, **kwargs)
@@ -348,6 +391,7 @@ class _SplitSpy:
         self.launch = launch
         self.streaming = streaming
         self.seen: list[int] = []  # full row counts, one per dataset loaded, in LLaMA-Factory's order
+        self.reads: list[tuple[int, int]] = []  # (rows read, rows the run trains on) of each (_strided_rows)
         self.capped = False
         self.full: dict[str, int] = {}
         self.dry: dict[str, int] = {}

@@ -44,6 +44,9 @@ class DryRun:
     train_pair_tokens: tuple[int, ...] | None = None
     # kto rows: the length of each row's KL sequence (kl_input_ids), padded as a batch of its own
     train_kl_lengths: tuple[int, ...] | None = None
+    # how many times each train row counts where several datasets were read in other shares than the run mixes
+    # them (lf/dry_data.py _row_weights); None where the rows read stand each for as many of the run's
+    train_row_weights: tuple[int, ...] | None = None
     forecast: dict[str, Any] = field(default_factory=dict)  # what the forecast's step hooks found (forecast/)
     resume: Resume | None = None
     stage: str | None = None
