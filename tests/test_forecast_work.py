@@ -340,78 +340,72 @@ def test_a_streamed_run_is_forecast_at_max_steps_with_the_streams_tokens(name, s
     assert forecast["run_flops"] > 0 and forecast["hours"]
 
 
+def _qa_rows(words: int | None = None, times: int = 1) -> list[dict]:
+    """The bundled QA rows, each answer cut to its first ``words`` or said ``times`` over."""
+    rows = json.loads((Path(__file__).parents[1] / "datasets" / "amd_finetune_qa.json").read_text())
+    return [{**row, "output": " ".join([" ".join(row["output"].split()[:words])] * times)} for row in rows]
+
+
+def _non_padding_stock(tiny_model: Path, tmp_path: Path, parts: dict[str, list[dict]]) -> tuple[dict, int, object]:
+    """The datasets ``parts`` (name -> rows, mixed in that order) trained on for one unshuffled stock epoch that
+    counts the tokens that are not padding (include_num_input_tokens_seen "non_padding": every row's tokens once):
+    the config, that count, and the check's dry run of the config."""
+    data = tmp_path / "data"
+    data.mkdir()
+    columns = {"prompt": "instruction", "query": "input", "response": "output"}
+    for name, rows in parts.items():
+        (data / f"{name}.json").write_text(json.dumps(rows))
+    info = {name: {"file_name": f"{name}.json", "columns": columns} for name in parts}
+    (data / "dataset_info.json").write_text(json.dumps(info))
+    config = tiny_train_config(tiny_model, tmp_path / "stock", save_strategy="no", logging_steps=1000)
+    config.update(dataset=",".join(parts), dataset_dir=str(data), cutoff_len=1024, max_steps=-1, num_train_epochs=1.0)
+    config.update(per_device_train_batch_size=8, disable_shuffling=True, include_num_input_tokens_seen="non_padding")
+    config.pop("max_samples", None)  # every row
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(config))
+    case = {"id": "non-padding", "dir": str(tmp_path), "args": [str(tmp_path / "run.yaml")]}
+    results, proc = run_alone([case], tmp_path, hook_off_env(tmp_path), name="non-padding", timeout=600)
+    assert results.get("non-padding", {}).get("exit") == 0, proc.stderr[-3000:]
+    not_padding = json.loads((tmp_path / "stock" / "trainer_state.json").read_text())["num_input_tokens_seen"]
+    with requested():
+        dry = dry_launch({**config, "output_dir": str(tmp_path / "forecast")})
+    return config, not_padding, dry
+
+
+def _mean_error(lengths: tuple[int, ...], read: int, rows: int) -> float:
+    """The relative standard error of the mean length of ``read`` of ``rows`` rows, drawn without replacement."""
+    import statistics
+
+    return statistics.stdev(lengths) / read**0.5 * ((rows - read) / (rows - 1)) ** 0.5 / statistics.mean(lengths)
+
+
 def test_a_file_whose_later_rows_are_longer_is_sampled_across_all_its_rows(tiny_model, tmp_path):
     """Issue 50: the dry run reads 256 rows of a dataset; where those were its first, a file whose later rows are
     longer was forecast short. 600 rows, the first 300 with a short answer, the rest with the answer three times:
     the tokens that are not padding within 3 standard errors of a 256-row sample's mean (3.6% each here) of the
-    stock run's count of them (one unshuffled epoch, include_num_input_tokens_seen "non_padding": every row's
-    tokens once): -2.2% here. From the first 256 rows they were 71% short (``_strided_rows`` left out)."""
-    import statistics
-
+    stock run's count of them: -2.2% here. From the first 256 rows they were 71% short (``_strided_rows`` left
+    out)."""
     from llamafactory_rocm.forecast.run import TrainRows
     from llamafactory_rocm.lf.dry_data import strided
 
-    rows = json.loads((Path(__file__).parents[1] / "datasets" / "amd_finetune_qa.json").read_text())
-    short = [{**row, "output": " ".join(row["output"].split()[:6])} for row in rows]
-    long = [{**row, "output": " ".join([row["output"]] * 3)} for row in rows]
-    data = tmp_path / "data"
-    data.mkdir()
-    (data / "rows.json").write_text(json.dumps(short + long))
-    columns = {"prompt": "instruction", "query": "input", "response": "output"}
-    (data / "dataset_info.json").write_text(json.dumps({"rows": {"file_name": "rows.json", "columns": columns}}))
-    config = tiny_train_config(tiny_model, tmp_path / "stock", save_strategy="no", logging_steps=1000)
-    config.update(dataset="rows", dataset_dir=str(data), cutoff_len=1024, max_steps=-1, num_train_epochs=1.0)
-    config.update(per_device_train_batch_size=8, disable_shuffling=True, include_num_input_tokens_seen="non_padding")
-    config.pop("max_samples", None)  # every row
-    (tmp_path / "run.yaml").write_text(yaml.safe_dump(config))
-    case = {"id": "later-longer", "dir": str(tmp_path), "args": [str(tmp_path / "run.yaml")]}
-    results, proc = run_alone([case], tmp_path, hook_off_env(tmp_path), name="later-longer", timeout=600)
-    assert results.get("later-longer", {}).get("exit") == 0, proc.stderr[-3000:]
-    not_padding = json.loads((tmp_path / "stock" / "trainer_state.json").read_text())["num_input_tokens_seen"]
-    with requested():
-        dry = dry_launch({**config, "output_dir": str(tmp_path / "forecast")})
+    config, not_padding, dry = _non_padding_stock(tiny_model, tmp_path, {"rows": _qa_rows(6) + _qa_rows(times=3)})
     lengths = TrainRows.of(dry).lengths
     work, tokens = _forecast(config, tmp_path / "forecast")
     assert work.rows == 600 and tokens.sampled and tokens.sample_rows == len(lengths) == 256
-    # the standard error of a mean of 256 of 600 rows, drawn without replacement
-    error = statistics.stdev(lengths) / 256**0.5 * ((600 - 256) / (600 - 1)) ** 0.5 / statistics.mean(lengths)
     assert strided(256, 600)[:3] == [0, 2, 4] and strided(256, 600)[-1] == 597
-    off = tokens.real / not_padding - 1
+    error, off = _mean_error(lengths, 256, 600), tokens.real / not_padding - 1
     print(f"LATER LONGER: not padding {tokens.real} forecast, {not_padding} stock ({off:+.2%}, se {error:.2%})")
-    assert abs(tokens.real - not_padding) / not_padding < 3 * error, (tokens.real, not_padding, error)
+    assert abs(off) < 3 * error, (tokens.real, not_padding, error)
 
 
 def test_datasets_read_in_other_shares_than_the_run_mixes_them_are_weighed(tiny_model, tmp_path):
     """Issue 50: 256 rows of each dataset are read, so a 600-row dataset and a 200-row one stood 256 to 200 in the
     token sample where the run mixes them 600 to 200 (concat). Long rows in the first, short in the second: the
-    tokens that are not padding within 3 standard errors of the stock run's count (one unshuffled epoch,
-    "non_padding"): -2.1% here; each row read counted once (``_row_weights`` returning None), 21% short."""
-    import statistics
-
+    tokens that are not padding within 3 standard errors of the stock run's count: -2.1% here; each row read
+    counted once (``_row_weights`` returning None), 21% short."""
     from llamafactory_rocm.forecast.run import TrainRows, forecast_of
 
-    rows = json.loads((Path(__file__).parents[1] / "datasets" / "amd_finetune_qa.json").read_text())
-    long = [{**row, "output": " ".join([row["output"]] * 3)} for row in rows] * 2
-    short = [{**row, "output": " ".join(row["output"].split()[:6])} for row in rows[:200]]
-    data = tmp_path / "data"
-    data.mkdir()
-    columns = {"prompt": "instruction", "query": "input", "response": "output"}
-    info = {}
-    for name, part in (("long", long), ("short", short)):
-        (data / f"{name}.json").write_text(json.dumps(part))
-        info[name] = {"file_name": f"{name}.json", "columns": columns}
-    (data / "dataset_info.json").write_text(json.dumps(info))
-    config = tiny_train_config(tiny_model, tmp_path / "stock", save_strategy="no", logging_steps=1000)
-    config.update(dataset="long,short", dataset_dir=str(data), cutoff_len=1024, max_steps=-1, num_train_epochs=1.0)
-    config.update(per_device_train_batch_size=8, disable_shuffling=True, include_num_input_tokens_seen="non_padding")
-    config.pop("max_samples", None)  # every row
-    (tmp_path / "run.yaml").write_text(yaml.safe_dump(config))
-    case = {"id": "shares", "dir": str(tmp_path), "args": [str(tmp_path / "run.yaml")]}
-    results, proc = run_alone([case], tmp_path, hook_off_env(tmp_path), name="shares", timeout=600)
-    assert results.get("shares", {}).get("exit") == 0, proc.stderr[-3000:]
-    not_padding = json.loads((tmp_path / "stock" / "trainer_state.json").read_text())["num_input_tokens_seen"]
-    with requested():
-        dry = dry_launch({**config, "output_dir": str(tmp_path / "forecast")})
+    parts = {"long": _qa_rows(times=3) * 2, "short": _qa_rows(6)[:200]}
+    config, not_padding, dry = _non_padding_stock(tiny_model, tmp_path, parts)
     weights = dry.train_row_weights
     assert dry.train_lengths is not None and weights is not None and len(weights) == len(dry.train_lengths) == 456
     (long_weight,), (short_weight,) = set(weights[:256]), set(weights[256:])  # 600 / 256 against 200 / 200
@@ -420,8 +414,6 @@ def test_datasets_read_in_other_shares_than_the_run_mixes_them_are_weighed(tiny_
     tokens = forecast.tokens
     assert forecast.work.rows == 800 and tokens.sampled and tokens.sample_rows == 456
     assert any("weighed by the rows the run trains on" in note for note in forecast.notes)
-    lengths = TrainRows.of(dry).lengths
-    error = statistics.stdev(lengths) / 456**0.5 * ((800 - 456) / (800 - 1)) ** 0.5 / statistics.mean(lengths)
-    off = tokens.real / not_padding - 1
+    error, off = _mean_error(TrainRows.of(dry).lengths, 456, 800), tokens.real / not_padding - 1
     print(f"SHARES: not padding {tokens.real} forecast, {not_padding} stock ({off:+.2%}, se {error:.2%})")
     assert abs(off) < 3 * error, (tokens.real, not_padding, error)
