@@ -346,7 +346,9 @@ def _qa_rows(words: int | None = None, times: int = 1) -> list[dict]:
     return [{**row, "output": " ".join([" ".join(row["output"].split()[:words])] * times)} for row in rows]
 
 
-def _non_padding_stock(tiny_model: Path, tmp_path: Path, parts: dict[str, list[dict]]) -> tuple[dict, int, object]:
+def _non_padding_stock(
+    tiny_model: Path, tmp_path: Path, parts: dict[str, list[dict]], **changes: object
+) -> tuple[dict, int, object]:
     """The datasets ``parts`` (name -> rows, mixed in that order) trained on for one unshuffled stock epoch that
     counts the tokens that are not padding (include_num_input_tokens_seen "non_padding": every row's tokens once):
     the config, that count, and the check's dry run of the config."""
@@ -361,6 +363,7 @@ def _non_padding_stock(tiny_model: Path, tmp_path: Path, parts: dict[str, list[d
     config.update(dataset=",".join(parts), dataset_dir=str(data), cutoff_len=1024, max_steps=-1, num_train_epochs=1.0)
     config.update(per_device_train_batch_size=8, disable_shuffling=True, include_num_input_tokens_seen="non_padding")
     config.pop("max_samples", None)  # every row
+    config.update(changes)
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(config))
     case = {"id": "non-padding", "dir": str(tmp_path), "args": [str(tmp_path / "run.yaml")]}
     results, proc = run_alone([case], tmp_path, hook_off_env(tmp_path), name="non-padding", timeout=600)
@@ -399,21 +402,22 @@ def test_a_file_whose_later_rows_are_longer_is_sampled_across_all_its_rows(tiny_
 
 def test_datasets_read_in_other_shares_than_the_run_mixes_them_are_weighed(tiny_model, tmp_path):
     """Issue 50: 256 rows of each dataset are read, so a 600-row dataset and a 200-row one stood 256 to 200 in the
-    token sample where the run mixes them 600 to 200 (concat). Long rows in the first, short in the second: the
-    tokens that are not padding within 3 standard errors of the stock run's count: -2.1% here; each row read
-    counted once (``_row_weights`` returning None), 21% short."""
+    token sample where the run mixes them 600 to 200 (concat), and val_size 0.2 draws the train rows of both at
+    random. Long rows in the first, short in the second: the tokens that are not padding within 3 standard errors
+    of the stock run's count: -1.4% here (se 1.7%); each row read counted once (``_row_weights`` returning None),
+    21% short (without the split). With the split's draw unknown (``_positions`` None) no weights: fails."""
     from llamafactory_rocm.forecast.run import TrainRows, forecast_of
 
     parts = {"long": _qa_rows(times=3) * 2, "short": _qa_rows(6)[:200]}
-    config, not_padding, dry = _non_padding_stock(tiny_model, tmp_path, parts)
-    weights = dry.train_row_weights
-    assert dry.train_lengths is not None and weights is not None and len(weights) == len(dry.train_lengths) == 456
-    (long_weight,), (short_weight,) = set(weights[:256]), set(weights[256:])  # 600 / 256 against 200 / 200
+    config, not_padding, dry = _non_padding_stock(tiny_model, tmp_path, parts, val_size=0.2)
+    weights, read = dry.train_row_weights, len(dry.train_lengths or ())
+    assert weights is not None and len(weights) == read and 300 < read < 456  # 456 read, a fifth split off
+    short_weight, long_weight = sorted(set(weights))  # 600 / 256 against 200 / 200
     assert long_weight / short_weight == pytest.approx(600 / 256, rel=1 / 32)
     forecast = forecast_of(config, TrainRows.of(dry), 1, None, dry.forecast)  # as check --forecast makes it
     tokens = forecast.tokens
-    assert forecast.work.rows == 800 and tokens.sampled and tokens.sample_rows == 456
+    assert forecast.work.rows == 640 and tokens.sampled and tokens.sample_rows == read
     assert any("weighed by the rows the run trains on" in note for note in forecast.notes)
-    error, off = _mean_error(TrainRows.of(dry).lengths, 456, 800), tokens.real / not_padding - 1
+    error, off = _mean_error(TrainRows.of(dry).lengths, read, 640), tokens.real / not_padding - 1
     print(f"SHARES: not padding {tokens.real} forecast, {not_padding} stock ({off:+.2%}, se {error:.2%})")
     assert abs(off) < 3 * error, (tokens.real, not_padding, error)

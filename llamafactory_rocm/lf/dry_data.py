@@ -11,8 +11,10 @@ datasets of those sizes (docs/llamafactory-launch.md#d4). A dataset that is not 
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import contextvars
+import itertools
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -206,7 +208,7 @@ def _count_rows(launch: Launch, module: Mapping[str, Any], split: _SplitSpy) -> 
     rows = {"train": len(train) if train is not None else 0}
     if train is not None:
         _record_lengths(launch.run, train)
-        launch.run.train_row_weights = _row_weights(launch, rows["train"], split.reads)
+        launch.run.train_row_weights = _row_weights(launch, split)
     if isinstance(evals, dict):
         rows["eval"] = sum(len(d) for d in evals.values())
     else:
@@ -231,37 +233,55 @@ WEIGHED_ROWS = 65536
 WEIGHT_STEPS = 16
 
 
-def _row_weights(launch: Launch, train_rows: int, reads: list[tuple[int, int]]) -> tuple[int, ...] | None:
+def _row_weights(launch: Launch, split: _SplitSpy) -> tuple[int, ...] | None:
     """How many times each train row counts for the run's tokens where its datasets were read in other shares
     than the run mixes them: 256 rows of a 10,000-row dataset and all 300 of another stand for 10,000 and 300
-    rows (``mix_strategy: concat``, LLaMA-Factory's default). The rows are told apart by their order, the
-    datasets' read rows one after another, so only where the pipeline kept each row read as one train row and
-    no split reordered them; elsewhere the rows count once each, and the dry run says so. None where they do."""
-    datasets = len(launch.data_args.dataset or [])
-    train_reads = reads[:datasets]
-    if len(train_reads) != datasets or datasets < 2 or len({rows / read for read, rows in train_reads if read}) < 2:
-        return None  # one dataset, or each read in the same share of its rows: the sample's shares are the run's
+    rows (``mix_strategy: concat``, LLaMA-Factory's default). A train row's dataset is told by where it sits among
+    the processed rows (the datasets' read rows one after another; ``_positions``), so only where the pipeline
+    kept each row read as one row; elsewhere the rows count once each, and the forecast says so. None where the
+    rows read stand each for as many of the run's."""
     data_args = launch.data_args
-    aligned = (
-        data_args.mix_strategy == "concat"
-        and data_args.val_size <= 1e-6
-        and not data_args.packing
-        and train_rows == sum(read for read, _ in train_reads)
-    )
-    if not aligned:
+    datasets = len(data_args.dataset or [])
+    reads = split.reads[:datasets]
+    if len(reads) != datasets or datasets < 2 or len({rows / read for read, rows in reads if read}) < 2:
+        return None  # one dataset, or each read in the same share of its rows: the sample's shares are the run's
+    positions = split.train_positions
+    if (
+        data_args.mix_strategy != "concat"
+        or data_args.packing
+        or split.merged_rows != sum(read for read, _ in reads)
+        or positions is None
+        or len(positions) != split.dry.get("train")
+    ):
         launch.run.forecast["tokens_note"] = (
             f"tokens: the rows read of the {datasets} datasets count once each, not in the shares the run mixes "
-            f"them ({', '.join(f'{read:,} of {rows:,}' for read, rows in train_reads)} rows read; mix_strategy "
-            f"{data_args.mix_strategy}, val_size {data_args.val_size}, packing {data_args.packing}: their rows are "
-            "not told apart after the pipeline)"
+            f"them ({', '.join(f'{read:,} of {rows:,}' for read, rows in reads)} rows read; mix_strategy "
+            f"{data_args.mix_strategy}, packing {data_args.packing}: their rows are not told apart after the "
+            "pipeline)"
         )
         return None
-    ratios = [rows / read for read, rows in train_reads]
+    ratios = [rows / read for read, rows in reads]
     # the least weighed row counts WEIGHT_STEPS times, so each weight is within 1/32 of its ratio; fewer where
     # that would weigh more rows than WEIGHED_ROWS
-    scale = min(WEIGHT_STEPS, WEIGHED_ROWS / sum(rows for _, rows in train_reads) * min(ratios))
+    scale = min(WEIGHT_STEPS, WEIGHED_ROWS / sum(rows for _, rows in reads) * min(ratios))
     counts = [max(1, round(ratio / min(ratios) * scale)) for ratio in ratios]
-    return tuple(count for (read, _), count in zip(train_reads, counts, strict=True) for _ in range(read))
+    ends = list(itertools.accumulate(read for read, _ in reads))
+    return tuple(counts[bisect.bisect_right(ends, position)] for position in positions)
+
+
+def _positions(merged: Any, train: Any) -> list[int] | None:
+    """Where each row of the train split sits among the processed rows ``merged`` that LLaMA-Factory's
+    ``split_dataset`` was given: all of them in order where it made no split (the same object), the indices
+    datasets' ``train_test_split`` drew where it split (``Dataset._indices``, the mapping datasets' own
+    ``select`` keeps); None where not known."""
+    if train is None:
+        return None
+    if train is merged:
+        return list(range(_length(merged)))
+    indices = getattr(train, "_indices", None)
+    if indices is None or getattr(indices, "num_columns", 0) != 1:
+        return None
+    return [int(i) for i in indices.column(0).to_pylist()]
 
 
 def _record_lengths(run: Any, train: Any) -> None:
@@ -392,6 +412,8 @@ class _SplitSpy:
         self.streaming = streaming
         self.seen: list[int] = []  # full row counts, one per dataset loaded, in LLaMA-Factory's order
         self.reads: list[tuple[int, int]] = []  # (rows read, rows the run trains on) of each (_strided_rows)
+        self.merged_rows = 0  # the processed rows split_dataset was given (the datasets' together)
+        self.train_positions: list[int] | None = None  # where each train row sits among them (_positions)
         self.capped = False
         self.full: dict[str, int] = {}
         self.dry: dict[str, int] = {}
@@ -413,6 +435,7 @@ class _SplitSpy:
                     self.refused(exc, _length(dataset) + _length(eval_dataset))
                 raise
             self.dry = {"train": _length(train.get("train")), "eval": sum(_length(d) for d in evals.values())}
+            self.merged_rows, self.train_positions = _length(dataset), _positions(dataset, train.get("train"))
             return train, evals
 
         with Patches() as patches:
