@@ -152,8 +152,8 @@ def main() -> None:
 def same_config(work: Path, model: Path, chosen: list[str], env: dict, args: argparse.Namespace) -> None:
     """Each config's ``--measure`` and its stock run, alternated ``--repeats`` times."""
     head = f"{'config':18} {'steps':>5} {'s/step':>7} {'forecast s':>10} {'real s':>7} {'ratio':>6} {'cpu':>5}"
-    print(f"{head}  parts")
-    ratios, of_medians, spreads = [], [], []
+    print(f"{head} {'band s':>13} in  parts")
+    ratios, of_medians, spreads, inside = [], [], [], []
     for name in chosen:
         cfg, out = write_config(work, name, model, CONFIGS[name])
         runs, forecasts, reals = [], [], []
@@ -164,9 +164,13 @@ def same_config(work: Path, model: Path, chosen: list[str], env: dict, args: arg
             forecasts.append(measured["run_seconds"])
             reals.append(real)
             runs.append(measured["run_seconds"] / real)
+            # the band check --measure says: the run at its fastest and its slowest timed step
+            low, high = measured["run_seconds_band"]
+            inside.append(low <= real <= high)
             print(
                 f"{name:18} {measured['run_steps']:5} {measured['seconds_per_step']:7.3f} "
-                f"{measured['run_seconds']:10.2f} {real:7.2f} {runs[-1]:6.3f} {measured['cpu_share'] or 0:5.2f}  "
+                f"{measured['run_seconds']:10.2f} {real:7.2f} {runs[-1]:6.3f} {measured['cpu_share'] or 0:5.2f} "
+                f"{low:6.2f}-{high:6.2f} {'yes' if inside[-1] else 'no':3} "
                 f"{' + '.join(text for text, _ in measured['run_seconds_parts'])}"
             )
         ratios.append(median(runs))
@@ -179,6 +183,7 @@ def same_config(work: Path, model: Path, chosen: list[str], env: dict, args: arg
         print(f"  median |forecast/real - 1| = {median(errors):.1%}, worst {errors[-1]:.1%} (target 10%)")
     shown = ", ".join(f"{name} {'n/a' if r is None else f'{r:.1%}'}" for name, r in zip(chosen, spreads, strict=True))
     print(f"the real runs' own spread, (max - min) / median of {args.repeats}: {shown}")
+    print(f"the real time inside check --measure's band: {sum(inside)} of {len(inside)} runs")
 
 
 def cross_config(work: Path, model: Path, first: str, env: dict, args: argparse.Namespace) -> None:
