@@ -53,7 +53,8 @@ def load_data(launch: Launch) -> None:
             rows_cap = max(launch.rows_cap, PACKED_ROWS_CAP.get()) if data_args.packing else launch.rows_cap
             cap = _RecordingCap(min(data_args.max_samples or rows_cap, rows_cap), split)
             patches.setattr(data_args, "max_samples", cap)
-            _strided_rows(patches, cap, launch.user_max_samples, split.reads)
+            split.cap = int(cap)
+            _strided_rows(patches, cap, launch.user_max_samples)
         if data_args.tokenized_path is not None:  # LLaMA-Factory would save there: save into tmp instead
             patches.setattr(data_args, "tokenized_path", str(launch.tmp / "tokenized"))
         patches.setattr(data_args, "overwrite_cache", True)
@@ -242,7 +243,9 @@ def _row_weights(launch: Launch, split: _SplitSpy) -> tuple[int, ...] | None:
     rows read stand each for as many of the run's."""
     data_args = launch.data_args
     datasets = len(data_args.dataset or [])
-    reads = split.reads[:datasets]
+    # each dataset's rows read (LLaMA-Factory's select(range(min(max_samples, len)))) and rows the run trains on
+    seen, rows_run = split.seen[:datasets], split.run_rows()[:datasets]
+    reads = [(min(split.cap, n), rows) for n, rows in zip(seen, rows_run, strict=True)]
     if len(reads) != datasets or datasets < 2 or len({rows / read for read, rows in reads if read}) < 2:
         return None  # one dataset, or each read in the same share of its rows: the sample's shares are the run's
     positions = split.train_positions
@@ -362,13 +365,12 @@ def strided(read: int, rows: int) -> list[int]:
     return [i * rows // read for i in range(read)]
 
 
-def _strided_rows(patches: Patches, cap: int, user_max_samples: int | None, reads: list[tuple[int, int]]) -> None:
+def _strided_rows(patches: Patches, cap: int, user_max_samples: int | None) -> None:
     """Where the dry run reads fewer rows of a dataset than the run trains on, a sample spread over all of them
     instead of the first ones: a file whose later rows are longer than its first made the tokens 3.5% short
     (issue 50). LLaMA-Factory truncates each dataset with ``dataset.select(range(max_samples))`` (loader.py
     ``_load_single_dataset``, pinned by a test); that one call takes the strided indices over the rows the run
-    reads (the user's own max_samples, if any, keeps the first rows: those are the run's). Each dataset's rows
-    read and rows the run trains on are noted in ``reads``, in LLaMA-Factory's order (``_row_weights``)."""
+    reads (the user's own max_samples, if any, keeps the first rows: those are the run's)."""
     from datasets import Dataset
 
     select = Dataset.select
@@ -377,7 +379,6 @@ def _strided_rows(patches: Patches, cap: int, user_max_samples: int | None, read
         whole = isinstance(indices, range) and indices.start == 0 and indices.step == 1
         if whole and len(indices) == min(int(cap), len(self)):
             rows = len(self) if user_max_samples is None else min(len(self), int(user_max_samples))
-            reads.append((len(indices), rows))
             if rows > len(indices):
                 indices = strided(len(indices), rows)
         return select(self, indices, *args, **kwargs)
@@ -411,7 +412,7 @@ class _SplitSpy:
         self.launch = launch
         self.streaming = streaming
         self.seen: list[int] = []  # full row counts, one per dataset loaded, in LLaMA-Factory's order
-        self.reads: list[tuple[int, int]] = []  # (rows read, rows the run trains on) of each (_strided_rows)
+        self.cap = 0  # the dry run's max_samples: the rows read of each dataset at most
         self.merged_rows = 0  # the processed rows split_dataset was given (the datasets' together)
         self.train_positions: list[int] | None = None  # where each train row sits among them (_positions)
         self.capped = False
@@ -442,6 +443,11 @@ class _SplitSpy:
             patches.setattr(loader, "split_dataset", split_dataset)
             yield
 
+    def run_rows(self) -> list[int]:
+        """The rows the run trains on of each dataset loaded: its full count, or the user's max_samples."""
+        user = self.launch.user_max_samples
+        return [min(n, user) if user is not None else n for n in self.seen]
+
     def refused(self, exc: Exception, rows: int) -> None:
         self.error = one_line(exc)
         self.launch.run.error(
@@ -464,8 +470,7 @@ class _SplitSpy:
         if len(self.seen) != n_train + len(data_args.eval_dataset or []):
             launch.run.skip("the split on the full rows", "LLaMA-Factory's max_samples line changed (loader.py)")
             return
-        user = launch.user_max_samples
-        counts = [min(n, user) if user is not None else n for n in self.seen]
+        counts = self.run_rows()
         self.capped = any(n > cap for n in counts)
         if not self.capped:
             return  # the real split below is the full split
